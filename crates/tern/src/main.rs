@@ -1,0 +1,35 @@
+//! `tern`: one binary for the server, the load generator and the lab.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "tern", version, about = "A measuring HTTP/1.1 server and its performance lab")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve a directory (static files, CGI) over HTTP/1.1.
+    Serve(cmd::serve::Args),
+    /// Generate HTTP load against a URL and report throughput and latency.
+    Bench(cmd::bench::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => cmd::serve::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("tern: {err:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
