@@ -1,1 +1,21 @@
-pub fn hello() {}
+//! Sans-I/O HTTP/1.1 for tern: bytes in, decisions out.
+//!
+//! Nothing here touches a socket, a file or a clock it is not handed. The
+//! server feeds received bytes to [`request::parse_head`] and
+//! [`chunked::ChunkedDecoder`], asks [`range`], [`conditional`] and
+//! [`accept_encoding`] for decisions, and writes heads with [`response`].
+//! Everything is therefore testable, and fuzzable, on byte strings.
+
+pub mod accept_encoding;
+pub mod chunked;
+pub mod conditional;
+pub mod date;
+pub mod host;
+pub mod method;
+pub mod path;
+pub mod range;
+pub mod request;
+pub mod response;
+
+pub use method::Method;
+pub use request::{parse_head, Error, Head, Limits, Request, Version};
