@@ -1,0 +1,13 @@
+/* The bulletin-board page generator, shared by board.cgi and gwbench. */
+#ifndef BOARD_RENDER_H
+#define BOARD_RENDER_H
+
+#include "tern_gw.h"
+
+#define BOARD_PAGES 5
+
+/* Write page 1..BOARD_PAGES of the board as an HTML document (no CGI
+ * header), reading posts through the query interface.  0 or -1. */
+int board_render_page(tgw_out *out, const tgw_board *b, int page);
+
+#endif
