@@ -1,11 +1,154 @@
+//! `tern bench`: flags in, a load run out. Everything else lives in
+//! `tern_lab::load`, so tests and the lab drive the same code as the CLI.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use tern_lab::load::{self, plan, Options, Plan, RequestSpec, Stop, Url};
+
+const LONG_HELP: &str = "\
+Examples:
+  tern bench -c 100 -t 2 -d 10s http://127.0.0.1:8080/index.html
+      closed loop: 100 connections, each sends its next request on a response
+  tern bench -c 50 -d 30s --rate 2000 http://127.0.0.1:8080/
+      open loop: 2000 requests/s whatever the server does; latency is also
+      measured from each request's intended send time, so stalls show
+  tern bench -n 10000 --pipeline 16 -H 'Accept-Encoding: gzip' http://host/
+  tern bench -m POST --body-file form.txt -H 'Content-Type: text/plain' http://host/cgi-bin/x
+  tern bench --mix site.mix -d 20s --json http://127.0.0.1:8080/
+
+Mix files (--mix FILE) spread requests over several URLs of one server:
+
+  # Lines: [WEIGHT] [METHOD] URL      (blank lines and # comments are ignored)
+  70 /static/115k.bin
+  30 POST /cgi-bin/form.cgi
+      Content-Type: application/x-www-form-urlencoded
+      @body name=tern&size=115k
+  5 PUT http://127.0.0.1:8080/upload
+      @body-file payload.bin
+
+  WEIGHT is a positive integer (default 1): an entry gets weight/total of the
+  requests, in a precomputed interleaved order, so proportions are exact.
+  METHOD defaults to -m (GET). URL is http://host[:port]/path, or a path
+  starting with / resolved against the URL on the command line; all entries
+  must target the same host and port. Indented lines belong to the entry
+  above: 'Name: value' adds a header, '@body TEXT' sets the body, '@body-file
+  PATH' reads it from a file (relative to the mix file). Content-Length is
+  computed. -H headers apply to every entry unless it sets the same header.
+
+Output: a summary on stdout (or JSON with --json, including the latency
+histograms in HdrHistogram V2 deflate + base64 so runs can be merged exactly),
+a progress bar on stderr when it is a terminal. Errors are counted by class:
+connect, read, write, timeout, and status (responses other than 2xx/3xx).
+Ctrl-C stops the run and prints what was measured; a second Ctrl-C exits.
+Exit status: 0 when the run was made, 2 when it could not be (bad URL or mix
+file, unreachable host).";
 
 #[derive(clap::Args)]
+#[command(after_long_help = LONG_HELP)]
 pub struct Args {
-    /// Target URL.
-    pub url: String,
+    /// Target URL, http://host[:port]/path. With --mix, the base that paths
+    /// in the mix file are resolved against.
+    #[arg(required_unless_present = "mix")]
+    pub url: Option<String>,
+    /// Request mix: URLs with weights, methods, headers, bodies (format in --help).
+    #[arg(long, value_name = "FILE")]
+    pub mix: Option<PathBuf>,
+    /// Connections to keep open (spread over the threads).
+    #[arg(short = 'c', long, default_value_t = 10)]
+    pub connections: usize,
+    /// Worker threads, each with its own epoll loop.
+    #[arg(short = 't', long, default_value_t = 2)]
+    pub threads: usize,
+    /// Measure for this long (10s, 500ms, 2m) [default: 10s].
+    #[arg(short = 'd', long, value_parser = load::parse_duration, conflicts_with = "requests")]
+    pub duration: Option<Duration>,
+    /// Measure exactly this many requests instead of a duration.
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+    /// Load the server this long before measuring.
+    #[arg(long, value_parser = load::parse_duration, default_value = "0s")]
+    pub warmup: Duration,
+    /// One request per connection (sends Connection: close; the TCP
+    /// handshake is then part of every request's latency).
+    #[arg(long)]
+    pub no_keepalive: bool,
+    /// Requests in flight per connection (HTTP/1.1 pipelining).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub pipeline: usize,
+    /// Open loop: send this many requests per second in total, whatever the
+    /// server does, and also measure latency from each intended send time.
+    #[arg(short = 'R', long, value_name = "REQ_PER_S")]
+    pub rate: Option<f64>,
+    /// Add a header to every request, e.g. -H 'Accept-Encoding: gzip'.
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Request method (with --mix: for entries that name none).
+    #[arg(short = 'm', long, default_value = "GET")]
+    pub method: String,
+    /// Request body.
+    #[arg(long, conflicts_with_all = ["body_file", "mix"])]
+    pub body: Option<String>,
+    /// Request body, read from a file.
+    #[arg(long, value_name = "FILE", conflicts_with = "mix")]
+    pub body_file: Option<PathBuf>,
+    /// A request without a complete response after this long fails.
+    #[arg(long, value_parser = load::parse_duration, default_value = "10s")]
+    pub timeout: Duration,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Write one CSV row per request (start, end, status, bytes, connection).
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
 }
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("tern bench is being built (issue 3)")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let base = args.url.as_deref().map(Url::parse).transpose()?;
+    let specs = match (&args.mix, base) {
+        (Some(mix), base) => plan::parse_mix_file(mix, base.as_ref(), &args.method)?,
+        (None, Some(url)) => {
+            let mut spec = RequestSpec::new(&args.method, url);
+            if let Some(body) = &args.body {
+                spec.body = body.clone().into_bytes();
+            }
+            if let Some(path) = &args.body_file {
+                spec.body =
+                    std::fs::read(path).with_context(|| format!("cannot read the body file {}", path.display()))?;
+            }
+            vec![spec]
+        }
+        (None, None) => anyhow::bail!("give a URL or --mix FILE"),
+    };
+    let headers = args.headers.iter().map(|h| plan::parse_header(h)).collect::<Result<Vec<_>, _>>()?;
+    let keepalive = !args.no_keepalive;
+    let plan = Plan::build(&specs, &headers, keepalive)?;
+    let stop = match (args.requests, args.duration) {
+        (Some(n), _) => Stop::Requests(n),
+        (None, Some(d)) => Stop::Duration(d),
+        (None, None) => Stop::Duration(Duration::from_secs(10)),
+    };
+    let opts = Options {
+        connections: args.connections,
+        threads: args.threads,
+        stop,
+        warmup: args.warmup,
+        keepalive,
+        pipeline: args.pipeline,
+        rate: args.rate,
+        timeout: args.timeout,
+        timeline: args.timeline,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let interrupt = load::interrupt_on_ctrl_c()?;
+    let report = load::run(&plan, &opts, &interrupt)?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,432 @@
+//! The result of a run: a human summary and a JSON document.
+//!
+//! The JSON carries, besides the percentiles, each latency histogram in
+//! HdrHistogram's V2 (deflate) serialisation, base64-encoded: results from
+//! several generator machines can then be merged *exactly* (percentiles of
+//! merged histograms, not averages of percentiles).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use base64::Engine;
+use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::stats::{ErrorClass, Stats, LATE_AFTER};
+
+/// A thread above this share of one CPU is the bottleneck itself.
+pub const SATURATED: f64 = 0.90;
+
+/// How the histograms in the JSON are encoded.
+pub const HISTOGRAM_ENCODING: &str = "hdrhistogram-v2-deflate-base64";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub target: String,
+    /// "closed" (as fast as the connections carry) or "open" (fixed rate).
+    pub mode: &'static str,
+    /// Requests per second asked for (open loop).
+    pub rate: Option<f64>,
+    pub threads: usize,
+    pub connections: usize,
+    pub keepalive: bool,
+    pub pipeline: usize,
+    /// Measurement length asked for (duration mode).
+    pub duration_s: Option<f64>,
+    /// Requests asked for (count mode).
+    pub requested: Option<u64>,
+    pub warmup_s: f64,
+    pub timeout_s: f64,
+    /// Stopped by Ctrl-C: the numbers cover what was measured until then.
+    pub interrupted: bool,
+    /// Wall time of the measurement.
+    pub elapsed_s: f64,
+    /// Complete responses, any status.
+    pub requests: u64,
+    /// Responses with a 2xx or 3xx status.
+    pub successes: u64,
+    pub requests_per_s: f64,
+    /// Response bytes on the wire (heads and framing included).
+    pub wire_bytes: u64,
+    /// Response payload bytes.
+    pub body_bytes: u64,
+    pub transfer_per_s: f64,
+    pub latency: Latency,
+    pub errors: Errors,
+    /// Responses by status code.
+    pub status: BTreeMap<u16, u64>,
+    /// Open loop: requests that left more than 1 ms after their intended time.
+    pub late: Option<u64>,
+    /// TCP connections opened during the measurement.
+    pub connects: u64,
+    /// Responses per mix entry.
+    pub mix: Vec<MixCount>,
+    pub generator: Generator,
+    pub histograms: Histograms,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    /// Actual send → complete response.
+    pub service: Summary,
+    /// Intended send → complete response (open loop): what a user arriving
+    /// at the intended time would have waited.
+    pub response: Option<Summary>,
+}
+
+/// Percentiles in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub count: u64,
+    pub min_us: u64,
+    pub mean_us: f64,
+    pub stdev_us: f64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl Summary {
+    fn of(h: &Histogram<u64>) -> Summary {
+        Summary {
+            count: h.len(),
+            min_us: h.min(),
+            mean_us: h.mean(),
+            stdev_us: h.stdev(),
+            p50_us: h.value_at_quantile(0.50),
+            p90_us: h.value_at_quantile(0.90),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Errors {
+    pub connect: u64,
+    pub read: u64,
+    pub write: u64,
+    pub timeout: u64,
+    /// Responses with a status other than 2xx/3xx.
+    pub status: u64,
+}
+
+impl Errors {
+    pub fn total(&self) -> u64 {
+        self.connect + self.read + self.write + self.timeout + self.status
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MixCount {
+    pub request: String,
+    pub weight: u32,
+    pub responses: u64,
+}
+
+/// The generator's own load, to tell whether it measured the server or itself.
+#[derive(Debug, Clone, Serialize)]
+pub struct Generator {
+    pub threads: Vec<ThreadLoad>,
+    /// CPU time of all worker threads while measuring.
+    pub cpu_s: f64,
+    pub cpu_us_per_request: f64,
+    /// Some thread was busy more than 90% of the time.
+    pub saturated: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadLoad {
+    pub cpu_s: f64,
+    pub wall_s: f64,
+    /// cpu / wall: 1.0 is one core fully busy.
+    pub utilization: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Histograms {
+    pub encoding: &'static str,
+    pub unit: &'static str,
+    pub service: String,
+    pub response: Option<String>,
+}
+
+/// What the coordinator knows about the run, besides the merged stats.
+pub struct RunFacts {
+    pub target: String,
+    pub rate: Option<f64>,
+    pub threads: usize,
+    pub connections: usize,
+    pub keepalive: bool,
+    pub pipeline: usize,
+    pub duration_s: Option<f64>,
+    pub requested: Option<u64>,
+    pub warmup_s: f64,
+    pub timeout_s: f64,
+    pub interrupted: bool,
+    pub elapsed_s: f64,
+    /// (label, weight) of each planned request.
+    pub mix: Vec<(String, u32)>,
+    /// (cpu, wall) seconds of each worker thread.
+    pub thread_times: Vec<(f64, f64)>,
+}
+
+fn encode(h: &Histogram<u64>) -> String {
+    let mut bytes = Vec::new();
+    V2DeflateSerializer::new().serialize(h, &mut bytes).expect("serialising to memory cannot fail");
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+impl Report {
+    pub fn new(facts: RunFacts, stats: &Stats) -> Report {
+        let threads: Vec<ThreadLoad> = facts
+            .thread_times
+            .iter()
+            .map(|&(cpu_s, wall_s)| ThreadLoad {
+                cpu_s,
+                wall_s,
+                utilization: if wall_s > 0.0 { cpu_s / wall_s } else { 0.0 },
+            })
+            .collect();
+        let cpu_s: f64 = threads.iter().map(|t| t.cpu_s).sum();
+        let resolved = stats.responses + stats.errors.iter().sum::<u64>();
+        let per_s = |n: u64| if facts.elapsed_s > 0.0 { n as f64 / facts.elapsed_s } else { 0.0 };
+        Report {
+            target: facts.target,
+            mode: if facts.rate.is_some() { "open" } else { "closed" },
+            rate: facts.rate,
+            threads: facts.threads,
+            connections: facts.connections,
+            keepalive: facts.keepalive,
+            pipeline: facts.pipeline,
+            duration_s: facts.duration_s,
+            requested: facts.requested,
+            warmup_s: facts.warmup_s,
+            timeout_s: facts.timeout_s,
+            interrupted: facts.interrupted,
+            elapsed_s: facts.elapsed_s,
+            requests: stats.responses,
+            successes: stats.successes(),
+            requests_per_s: per_s(stats.responses),
+            wire_bytes: stats.wire_bytes,
+            body_bytes: stats.body_bytes,
+            transfer_per_s: per_s(stats.wire_bytes),
+            latency: Latency {
+                service: Summary::of(&stats.service),
+                response: stats.response.as_ref().map(Summary::of),
+            },
+            errors: Errors {
+                connect: stats.errors_of(ErrorClass::Connect),
+                read: stats.errors_of(ErrorClass::Read),
+                write: stats.errors_of(ErrorClass::Write),
+                timeout: stats.errors_of(ErrorClass::Timeout),
+                status: stats.status_errors(),
+            },
+            status: (0..stats.status.len())
+                .filter(|&code| stats.status[code] > 0)
+                .map(|code| (code as u16, stats.status[code]))
+                .collect(),
+            late: facts.rate.map(|_| stats.late),
+            connects: stats.connects,
+            mix: facts
+                .mix
+                .into_iter()
+                .zip(&stats.per_request)
+                .map(|((request, weight), &responses)| MixCount { request, weight, responses })
+                .collect(),
+            generator: Generator {
+                saturated: threads.iter().any(|t| t.utilization >= SATURATED),
+                threads,
+                cpu_s,
+                cpu_us_per_request: if resolved > 0 { cpu_s * 1e6 / resolved as f64 } else { 0.0 },
+            },
+            histograms: Histograms {
+                encoding: HISTOGRAM_ENCODING,
+                unit: "us",
+                service: encode(&stats.service),
+                response: stats.response.as_ref().map(encode),
+            },
+        }
+    }
+
+    /// The report as pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report always serialises")
+    }
+}
+
+/// 850us, 12.34ms, 1.234s: a latency in the unit that keeps it readable.
+fn latency(us: u64) -> String {
+    match us {
+        0..=9_999 => format!("{us}us"),
+        10_000..=9_999_999 => format!("{:.2}ms", us as f64 / 1e3),
+        _ => format!("{:.3}s", us as f64 / 1e6),
+    }
+}
+
+fn bytes(n: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.2} {}", UNITS[unit])
+    }
+}
+
+/// 1234567 → "1,234,567".
+fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let groups: Vec<&str> =
+        digits.as_bytes().rchunks(3).rev().map(|g| std::str::from_utf8(g).expect("ASCII digits")).collect();
+    groups.join(",")
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let loop_kind = match self.rate {
+            Some(rate) => format!("open loop at {rate} req/s"),
+            None => "closed loop".to_string(),
+        };
+        writeln!(
+            f,
+            "tern bench {}: {loop_kind}, {} thread{}, {} connection{}, {}{}",
+            self.target,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" },
+            self.connections,
+            if self.connections == 1 { "" } else { "s" },
+            if self.keepalive { "keep-alive" } else { "no keep-alive" },
+            if self.pipeline > 1 { format!(", pipeline {}", self.pipeline) } else { String::new() },
+        )?;
+        let warmup = if self.warmup_s > 0.0 { format!(" after {:.2}s warm-up", self.warmup_s) } else { String::new() };
+        writeln!(
+            f,
+            "  measured {:.2}s{warmup}{}",
+            self.elapsed_s,
+            if self.interrupted { " (interrupted: partial results)" } else { "" }
+        )?;
+        writeln!(f)?;
+        writeln!(f, "  requests  {:>14}   {:>12.1} req/s", count(self.requests), self.requests_per_s)?;
+        writeln!(
+            f,
+            "  transfer  {:>14}   {:>12}/s   (bodies {})",
+            bytes(self.wire_bytes as f64),
+            bytes(self.transfer_per_s),
+            bytes(self.body_bytes as f64)
+        )?;
+        writeln!(f)?;
+        writeln!(f, "  latency        p50       p90       p99     p99.9       max      mean     stdev")?;
+        let mut line = |name: &str, s: &Summary| {
+            writeln!(
+                f,
+                "  {name:<9}{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                latency(s.p50_us),
+                latency(s.p90_us),
+                latency(s.p99_us),
+                latency(s.p999_us),
+                latency(s.max_us),
+                latency(s.mean_us.round() as u64),
+                latency(s.stdev_us.round() as u64),
+            )
+        };
+        line("service", &self.latency.service)?;
+        if let Some(response) = &self.latency.response {
+            line("response", response)?;
+            writeln!(f, "  (service: from actual send; response: from the intended send time)")?;
+        }
+        writeln!(f)?;
+        if let Some(late) = self.late {
+            writeln!(
+                f,
+                "  late      {} request{} left more than {} ms after their intended time",
+                count(late),
+                if late == 1 { "" } else { "s" },
+                LATE_AFTER.as_millis()
+            )?;
+        }
+        let e = &self.errors;
+        if e.total() == 0 {
+            writeln!(f, "  errors    none")?;
+        } else {
+            writeln!(
+                f,
+                "  errors    {} (connect {}, read {}, write {}, timeout {}, status {})",
+                count(e.total()),
+                count(e.connect),
+                count(e.read),
+                count(e.write),
+                count(e.timeout),
+                count(e.status)
+            )?;
+        }
+        let non_2xx: Vec<String> = self
+            .status
+            .iter()
+            .filter(|(code, _)| !(200..300).contains(*code))
+            .map(|(code, n)| format!("{code} × {}", count(*n)))
+            .collect();
+        if !non_2xx.is_empty() {
+            writeln!(f, "  non-2xx   {}", non_2xx.join(", "))?;
+        }
+        if self.mix.len() > 1 {
+            writeln!(f, "  mix")?;
+            let total: u64 = self.mix.iter().map(|m| m.responses).sum();
+            let weights: u64 = self.mix.iter().map(|m| u64::from(m.weight)).sum();
+            for m in &self.mix {
+                writeln!(
+                    f,
+                    "    {:>6.2}% (weight {:>5.1}%)  {:>12}  {}",
+                    if total > 0 { m.responses as f64 * 100.0 / total as f64 } else { 0.0 },
+                    f64::from(m.weight) * 100.0 / weights as f64,
+                    count(m.responses),
+                    m.request
+                )?;
+            }
+        }
+        let g = &self.generator;
+        let loads: Vec<String> = g.threads.iter().map(|t| format!("{:.0}%", t.utilization * 100.0)).collect();
+        writeln!(
+            f,
+            "  generator CPU {} per thread, {:.2} us per request, {} connections opened",
+            loads.join(" "),
+            g.cpu_us_per_request,
+            count(self.connects)
+        )?;
+        if g.saturated {
+            writeln!(
+                f,
+                "  WARNING: a generator thread was busy {:.0}% of the time or more: these numbers may \
+                 describe tern bench, not the server (add threads with -t, or use another machine)",
+                SATURATED * 100.0
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units() {
+        assert_eq!(latency(850), "850us");
+        assert_eq!(latency(12_345), "12.35ms");
+        assert_eq!(latency(1_234_567_000), "1234.567s");
+        assert_eq!(bytes(512.0), "512 B");
+        assert_eq!(bytes(1536.0), "1.50 KiB");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(count(123), "123");
+    }
+}

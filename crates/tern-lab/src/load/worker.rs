@@ -1,0 +1,745 @@
+//! One worker thread: a mio (epoll) loop driving a share of the connections.
+//!
+//! The loop is built so that the generator costs the server's machine as
+//! little as possible and never hides a stall:
+//!
+//! - requests are byte strings prepared before the run ([`Plan`]), written
+//!   with one `writev` per connection and batch (pipelined requests go out
+//!   together); responses are framed by the sans-I/O [`ResponseParser`] from a
+//!   read buffer shared by all connections of the thread — nothing is
+//!   allocated per request;
+//! - a read that returns less than the buffer's room drained the socket, so
+//!   the loop does not issue the extra `read` that would only say
+//!   `EWOULDBLOCK` (mio is edge-triggered; a later arrival is a new edge);
+//! - in open loop, request *k* is due at `first + k·interval` whatever
+//!   happened before. A timerfd (nanosecond resolution, unlike epoll's
+//!   milliseconds) wakes the loop for the next due request; a request that
+//!   finds no free connection waits, and its latency still counts from the
+//!   time it was due. That is how a server stall shows in the numbers instead
+//!   of silently lowering the rate (coordinated omission);
+//! - a request's "start" is when it was handed to a connection, so a fresh
+//!   connection's TCP handshake is part of its first request's latency.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+
+use super::plan::Plan;
+use super::response::{ResponseParser, MAX_LINE};
+use super::stats::{micros, ErrorClass, Stats, LATE_AFTER};
+use super::timeline::Row;
+
+/// The open-loop timer's token; connections use their slot index.
+const TIMER: Token = Token(usize::MAX);
+
+/// How often in-flight requests are checked against `--timeout`, and the
+/// longest the loop sleeps (so Ctrl-C and progress stay responsive).
+const TICK: Duration = Duration::from_millis(10);
+const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// Pause before reconnecting after a refused connection, so a dead server
+/// does not turn the generator into a connect-spinning loop.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Bytes read per `read` call; the read buffer also has room in front for a
+/// head line carried over from the previous read.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Most requests gathered into one `writev`.
+const MAX_IOV: usize = 64;
+
+/// Constant-rate schedule of one thread: request k is due at
+/// `first + k * interval`.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenLoop {
+    pub first: Instant,
+    pub interval: Duration,
+}
+
+/// Everything one worker needs; built by the coordinator.
+pub struct Setup<'a> {
+    pub plan: &'a Plan,
+    pub addr: SocketAddr,
+    /// Connections of this thread, and the global number of the first one.
+    pub connections: usize,
+    pub conn_base: usize,
+    /// Requests to measure (count mode), `None` in duration mode.
+    pub budget: Option<u64>,
+    /// Requests intended before this instant are warm-up, not measured.
+    pub measure_from: Instant,
+    /// Duration mode: no request is issued (intended) at or after this.
+    pub end: Option<Instant>,
+    pub open: Option<OpenLoop>,
+    pub keepalive: bool,
+    pub pipeline: usize,
+    pub timeout: Duration,
+    pub timeline: bool,
+    /// Where this thread starts in the mix schedule, so threads interleave.
+    pub schedule_offset: usize,
+    pub interrupt: &'a AtomicBool,
+    /// Requests this thread has resolved, for the progress line.
+    pub progress: &'a AtomicU64,
+}
+
+/// What a worker hands back.
+pub struct Outcome {
+    pub stats: Stats,
+    pub rows: Vec<Row>,
+    /// CPU time the thread used while measuring.
+    pub cpu: Duration,
+    /// Wall time the thread spent measuring.
+    pub wall: Duration,
+    /// When the thread stopped.
+    pub finished: Instant,
+}
+
+/// A request handed to a connection.
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    intended: Instant,
+    start: Instant,
+    req: u32,
+    measured: bool,
+}
+
+/// A request waiting for a connection.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    intended: Instant,
+    req: u32,
+    measured: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Connecting,
+    Open,
+}
+
+struct Conn {
+    stream: Option<TcpStream>,
+    phase: Phase,
+    inflight: VecDeque<InFlight>,
+    /// `inflight[unsent..]` are not completely written; `unsent_off` bytes
+    /// of `inflight[unsent]` are.
+    unsent: usize,
+    unsent_off: usize,
+    parser: ResponseParser,
+    /// An incomplete head line left over from the last read.
+    carry: Vec<u8>,
+    /// Takes no more requests (no keep-alive): closes after the response.
+    closing: bool,
+    /// In the thread's free list.
+    listed: bool,
+    /// Reconnect no earlier than this (after a failed connect).
+    retry_at: Option<Instant>,
+}
+
+/// Decides which request goes next and when.
+struct Scheduler {
+    open: Option<OpenLoop>,
+    /// Open loop: the next request index (its due time derives from it).
+    next_k: u64,
+    end: Option<Instant>,
+    measure_from: Instant,
+    budget: Option<u64>,
+    measured_issued: u64,
+    /// Requests sent on a connection the server closed before answering
+    /// them (after a `Connection: close` response): sent again first.
+    retry: VecDeque<Pending>,
+    cursor: usize,
+}
+
+impl Scheduler {
+    fn due(&self, k: u64) -> Option<Instant> {
+        self.open.map(|o| o.first + Duration::from_nanos((k as f64 * o.interval.as_nanos() as f64) as u64))
+    }
+
+    /// No fresh request will ever be issued.
+    fn exhausted(&self, now: Instant) -> bool {
+        if self.budget.is_some_and(|b| self.measured_issued >= b) {
+            return true;
+        }
+        match (self.end, self.due(self.next_k)) {
+            (Some(end), Some(due)) => due >= end,
+            (Some(end), None) => now >= end,
+            (None, _) => false,
+        }
+    }
+
+    /// When the next fresh request is due (open loop, not exhausted).
+    fn next_due(&self, now: Instant) -> Option<Instant> {
+        if self.exhausted(now) {
+            return None;
+        }
+        self.due(self.next_k)
+    }
+
+    fn next(&mut self, now: Instant, schedule: &[u32]) -> Option<Pending> {
+        if let Some(p) = self.retry.pop_front() {
+            return Some(p);
+        }
+        if self.exhausted(now) {
+            return None;
+        }
+        let intended = match self.due(self.next_k) {
+            Some(due) if due > now => return None,
+            Some(due) => due,
+            None => now,
+        };
+        self.next_k += 1;
+        let measured = intended >= self.measure_from;
+        if measured {
+            self.measured_issued += 1;
+        }
+        let req = schedule[self.cursor];
+        self.cursor = (self.cursor + 1) % schedule.len();
+        Some(Pending { intended, req, measured })
+    }
+
+    /// Measured requests that were due before `end` but never left.
+    fn abandon(&mut self, end: Instant) -> u64 {
+        let mut count = self.retry.drain(..).filter(|p| p.measured).count() as u64;
+        while let Some(due) = self.due(self.next_k).filter(|&d| d < end) {
+            if due >= self.measure_from {
+                count += 1;
+            }
+            self.next_k += 1;
+        }
+        count
+    }
+}
+
+/// A one-shot CLOCK_MONOTONIC timerfd: wakes epoll at a precise instant.
+struct TimerFd {
+    fd: OwnedFd,
+    armed_for: Option<Instant>,
+}
+
+impl TimerFd {
+    fn new() -> io::Result<TimerFd> {
+        // SAFETY: plain syscall; the returned descriptor is owned below.
+        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        Ok(TimerFd { fd: unsafe { OwnedFd::from_raw_fd(fd) }, armed_for: None })
+    }
+
+    /// Fires at `at`. Re-arming resets the expiry count, so an edge-triggered
+    /// registration reports the next expiry without the fd being read.
+    fn arm(&mut self, at: Instant, now: Instant) -> io::Result<()> {
+        if self.armed_for == Some(at) {
+            return Ok(());
+        }
+        let after = at.saturating_duration_since(now).max(Duration::from_nanos(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: after.as_secs() as libc::time_t,
+                tv_nsec: after.subsec_nanos() as libc::c_long,
+            },
+        };
+        // SAFETY: valid fd and a fully initialised itimerspec.
+        if unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        self.armed_for = Some(at);
+        Ok(())
+    }
+}
+
+/// CPU time this thread has used.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+pub struct Worker<'a> {
+    setup: Setup<'a>,
+    poll: Poll,
+    timer: Option<TimerFd>,
+    conns: Vec<Conn>,
+    free: Vec<usize>,
+    sched: Scheduler,
+    rbuf: Box<[u8]>,
+    stats: Stats,
+    rows: Vec<Row>,
+    inflight_total: usize,
+    depth: usize,
+}
+
+impl<'a> Worker<'a> {
+    pub fn new(setup: Setup<'a>) -> io::Result<Worker<'a>> {
+        let poll = Poll::new()?;
+        let timer = match setup.open {
+            Some(_) => {
+                let timer = TimerFd::new()?;
+                poll.registry().register(&mut SourceFd(&timer.fd.as_raw_fd()), TIMER, Interest::READABLE)?;
+                Some(timer)
+            }
+            None => None,
+        };
+        let depth = if setup.keepalive { setup.pipeline } else { 1 };
+        let conns = (0..setup.connections)
+            .map(|_| Conn {
+                stream: None,
+                phase: Phase::Idle,
+                inflight: VecDeque::with_capacity(depth),
+                unsent: 0,
+                unsent_off: 0,
+                parser: ResponseParser::new(),
+                carry: Vec::new(),
+                closing: false,
+                listed: false,
+                retry_at: None,
+            })
+            .collect();
+        let sched = Scheduler {
+            open: setup.open,
+            next_k: 0,
+            end: setup.end,
+            measure_from: setup.measure_from,
+            budget: setup.budget,
+            measured_issued: 0,
+            retry: VecDeque::new(),
+            cursor: setup.schedule_offset % setup.plan.schedule.len(),
+        };
+        let rows = match (setup.timeline, setup.budget) {
+            (true, Some(n)) => Vec::with_capacity(n as usize),
+            _ => Vec::new(),
+        };
+        Ok(Worker {
+            stats: Stats::new(setup.open.is_some(), setup.plan.requests.len()),
+            free: Vec::with_capacity(setup.connections),
+            setup,
+            poll,
+            timer,
+            conns,
+            sched,
+            rbuf: vec![0; READ_CHUNK + MAX_LINE + 1].into_boxed_slice(),
+            rows,
+            inflight_total: 0,
+            depth,
+        })
+    }
+
+    pub fn run(mut self) -> io::Result<Outcome> {
+        let mut events = Events::with_capacity(1024);
+        let started = Instant::now();
+        let mut cpu_mark = (started >= self.setup.measure_from).then(thread_cpu_time);
+        let mut next_tick = started + TICK;
+        let drain_deadline = self.setup.end.map(|end| end + self.setup.timeout);
+        for slot in 0..self.conns.len() {
+            self.mark_free(slot);
+        }
+        let finished = loop {
+            let now = Instant::now();
+            if cpu_mark.is_none() && now >= self.setup.measure_from {
+                cpu_mark = Some(thread_cpu_time());
+            }
+            if self.setup.interrupt.load(Ordering::Relaxed) {
+                break now;
+            }
+            if now >= next_tick {
+                self.tick(now);
+                next_tick = now + TICK;
+            }
+            self.dispatch(now);
+            self.setup.progress.store(self.resolved(), Ordering::Relaxed);
+            if self.inflight_total == 0 && self.sched.retry.is_empty() && self.sched.exhausted(now) {
+                break now;
+            }
+            if let Some(deadline) = drain_deadline.filter(|&d| now >= d) {
+                self.abandon(deadline - self.setup.timeout, now);
+                break now;
+            }
+
+            let mut wake = next_tick.min(now + MAX_SLEEP);
+            if let Some(end) = self.setup.end.filter(|&e| e > now) {
+                wake = wake.min(end);
+            }
+            if let Some(d) = drain_deadline {
+                wake = wake.min(d);
+            }
+            if !self.free.is_empty() {
+                if let (Some(due), Some(timer)) = (self.sched.next_due(now), self.timer.as_mut()) {
+                    if due < wake {
+                        timer.arm(due, now)?;
+                    }
+                }
+            }
+            let sleep = wake.saturating_duration_since(now);
+            match self.poll.poll(&mut events, Some(sleep)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            for event in events.iter() {
+                if event.token() == TIMER {
+                    if let Some(timer) = self.timer.as_mut() {
+                        timer.armed_for = None;
+                    }
+                    continue;
+                }
+                self.on_event(event.token().0, event.is_readable(), event.is_writable(), event.is_read_closed());
+            }
+        };
+        self.setup.progress.store(self.resolved(), Ordering::Relaxed);
+        let measured_from = self.setup.measure_from.max(started);
+        let cpu = cpu_mark.map_or(Duration::ZERO, |mark| thread_cpu_time().saturating_sub(mark));
+        Ok(Outcome {
+            stats: self.stats,
+            rows: self.rows,
+            cpu,
+            wall: finished.saturating_duration_since(measured_from),
+            finished,
+        })
+    }
+
+    fn resolved(&self) -> u64 {
+        self.stats.responses + self.stats.errors.iter().sum::<u64>()
+    }
+
+    fn can_take(&self, slot: usize) -> bool {
+        let c = &self.conns[slot];
+        !c.closing && c.retry_at.is_none() && c.inflight.len() < self.depth
+    }
+
+    fn mark_free(&mut self, slot: usize) {
+        if !self.conns[slot].listed && self.can_take(slot) {
+            self.conns[slot].listed = true;
+            self.free.push(slot);
+        }
+    }
+
+    /// Hands due requests to free connections (most recently freed first:
+    /// its buffers are warm) and writes them.
+    fn dispatch(&mut self, now: Instant) {
+        while let Some(&slot) = self.free.last() {
+            let mut issued = false;
+            while self.can_take(slot) {
+                let Some(p) = self.sched.next(now, &self.setup.plan.schedule) else { break };
+                self.issue(slot, p, now);
+                issued = true;
+            }
+            if issued && self.conns[slot].phase == Phase::Open {
+                self.flush(slot, now);
+            }
+            if self.can_take(slot) {
+                if !issued {
+                    break;
+                }
+                continue;
+            }
+            self.free.pop();
+            self.conns[slot].listed = false;
+        }
+    }
+
+    fn issue(&mut self, slot: usize, p: Pending, now: Instant) {
+        if self.conns[slot].phase == Phase::Idle && self.connect(slot, now).is_err() {
+            if p.measured {
+                self.stats.error(ErrorClass::Connect, 1);
+                let f = InFlight { intended: p.intended, start: now, req: p.req, measured: true };
+                self.row(slot, &f, now, Err(ErrorClass::Connect));
+            }
+            self.conns[slot].retry_at = Some(now + CONNECT_BACKOFF);
+            return;
+        }
+        if p.measured && self.sched.open.is_some() && now.saturating_duration_since(p.intended) > LATE_AFTER {
+            self.stats.late += 1;
+        }
+        let keepalive = self.setup.keepalive;
+        let c = &mut self.conns[slot];
+        c.inflight.push_back(InFlight { intended: p.intended, start: now, req: p.req, measured: p.measured });
+        if !keepalive {
+            c.closing = true;
+        }
+        self.inflight_total += 1;
+    }
+
+    fn connect(&mut self, slot: usize, now: Instant) -> io::Result<()> {
+        let mut stream = TcpStream::connect(self.setup.addr)?;
+        stream.set_nodelay(true)?;
+        self.poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)?;
+        if now >= self.setup.measure_from {
+            self.stats.connects += 1;
+        }
+        let c = &mut self.conns[slot];
+        c.stream = Some(stream);
+        c.phase = Phase::Connecting;
+        Ok(())
+    }
+
+    fn on_event(&mut self, slot: usize, readable: bool, writable: bool, read_closed: bool) {
+        let now = Instant::now();
+        if self.conns[slot].phase == Phase::Connecting {
+            let Some(stream) = self.conns[slot].stream.as_ref() else { return };
+            match stream.take_error() {
+                Ok(None) => {}
+                Ok(Some(_)) | Err(_) => return self.fail(slot, ErrorClass::Connect, now),
+            }
+            match stream.peer_addr() {
+                Ok(_) => self.conns[slot].phase = Phase::Open,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(_) => return self.fail(slot, ErrorClass::Connect, now),
+            }
+            self.flush(slot, now);
+        } else if writable && self.conns[slot].unsent < self.conns[slot].inflight.len() {
+            self.flush(slot, now);
+        }
+        if (readable || read_closed) && self.conns[slot].phase == Phase::Open {
+            self.read(slot, read_closed);
+        }
+    }
+
+    /// Writes the connection's unsent requests, as many as the socket takes.
+    fn flush(&mut self, slot: usize, now: Instant) {
+        let plan = self.setup.plan;
+        loop {
+            let c = &mut self.conns[slot];
+            if c.unsent >= c.inflight.len() {
+                return;
+            }
+            let Some(stream) = c.stream.as_mut() else { return };
+            let mut iov = [IoSlice::new(&[]); MAX_IOV];
+            let mut n_iov = 0;
+            for (i, f) in c.inflight.iter().skip(c.unsent).take(MAX_IOV).enumerate() {
+                let bytes = &plan.requests[f.req as usize].bytes;
+                iov[i] = IoSlice::new(if i == 0 { &bytes[c.unsent_off..] } else { bytes });
+                n_iov = i + 1;
+            }
+            let result = if n_iov == 1 { stream.write(&iov[0]) } else { stream.write_vectored(&iov[..n_iov]) };
+            match result {
+                Ok(0) => return self.fail(slot, ErrorClass::Write, now),
+                Ok(mut n) => {
+                    while n > 0 {
+                        let len = plan.requests[c.inflight[c.unsent].req as usize].bytes.len();
+                        let left = len - c.unsent_off;
+                        if n >= left {
+                            n -= left;
+                            c.unsent += 1;
+                            c.unsent_off = 0;
+                        } else {
+                            c.unsent_off += n;
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return self.fail(slot, ErrorClass::Write, now),
+            }
+        }
+    }
+
+    fn read(&mut self, slot: usize, read_closed: bool) {
+        let mut rbuf = std::mem::take(&mut self.rbuf);
+        self.read_into(slot, read_closed, &mut rbuf);
+        self.rbuf = rbuf;
+    }
+
+    fn read_into(&mut self, slot: usize, read_closed: bool, rbuf: &mut [u8]) {
+        loop {
+            let c = &mut self.conns[slot];
+            let Some(stream) = c.stream.as_mut() else { return };
+            let carried = c.carry.len();
+            rbuf[..carried].copy_from_slice(&c.carry);
+            let room = READ_CHUNK.min(rbuf.len() - carried);
+            let n = match stream.read(&mut rbuf[carried..carried + room]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return self.fail(slot, ErrorClass::Read, Instant::now()),
+            };
+            let now = Instant::now();
+            c.carry.clear();
+            if n == 0 {
+                if carried > 0 {
+                    // Closed in the middle of a head line.
+                    return self.fail(slot, ErrorClass::Read, now);
+                }
+                return self.eof(slot, now);
+            }
+            let data = &rbuf[..carried + n];
+            let mut pos = 0;
+            while pos < data.len() {
+                let c = &mut self.conns[slot];
+                let Some(front) = c.inflight.front() else {
+                    // Bytes nobody asked for: not a server we can measure.
+                    return self.fail(slot, ErrorClass::Read, now);
+                };
+                let head = self.setup.plan.requests[front.req as usize].head;
+                match c.parser.parse(&data[pos..], head) {
+                    Ok((used, Some(response))) => {
+                        pos += used;
+                        if !self.complete(slot, response, now) {
+                            return;
+                        }
+                    }
+                    Ok((used, None)) => {
+                        pos += used;
+                        break;
+                    }
+                    Err(_) => return self.fail(slot, ErrorClass::Read, now),
+                }
+            }
+            self.conns[slot].carry.extend_from_slice(&data[pos..]);
+            if n < room && !read_closed {
+                return;
+            }
+        }
+    }
+
+    /// The server closed the connection.
+    fn eof(&mut self, slot: usize, now: Instant) {
+        match self.conns[slot].parser.finish() {
+            Ok(Some(response)) => {
+                if self.complete(slot, response, now) {
+                    // Complete returned "still open", but the socket is done.
+                    self.close(slot);
+                }
+            }
+            Ok(None) if self.conns[slot].inflight.is_empty() => self.close(slot),
+            Ok(None) | Err(_) => self.fail(slot, ErrorClass::Read, now),
+        }
+    }
+
+    /// Accounts one response. Returns whether the connection stays open.
+    fn complete(&mut self, slot: usize, response: super::response::Response, now: Instant) -> bool {
+        let c = &mut self.conns[slot];
+        let f = c.inflight.pop_front().expect("a response answers an in-flight request");
+        if c.unsent > 0 {
+            c.unsent -= 1;
+        } else {
+            // Answered before we finished sending it; the rest is moot.
+            c.unsent_off = 0;
+        }
+        self.inflight_total -= 1;
+        if f.measured {
+            let s = &mut self.stats;
+            let _ = s.service.record(micros(now - f.start));
+            if let Some(h) = s.response.as_mut() {
+                let _ = h.record(micros(now - f.intended));
+            }
+            s.responses += 1;
+            s.status[usize::from(response.status).min(999)] += 1;
+            s.body_bytes += response.body_bytes;
+            s.wire_bytes += response.wire_bytes;
+            s.per_request[f.req as usize] += 1;
+            self.row(slot, &f, now, Ok((response.status, response.body_bytes)));
+        }
+        let c = &self.conns[slot];
+        if response.close || (c.closing && c.inflight.is_empty()) {
+            self.close(slot);
+            return false;
+        }
+        self.mark_free(slot);
+        true
+    }
+
+    fn row(&mut self, slot: usize, f: &InFlight, end: Instant, result: Result<(u16, u64), ErrorClass>) {
+        if !self.setup.timeline {
+            return;
+        }
+        let base = self.setup.measure_from;
+        let ns = |t: Instant| t.saturating_duration_since(base).as_nanos() as u64;
+        let (status, bytes, error) = match result {
+            Ok((status, bytes)) => (status, bytes, None),
+            Err(class) => (0, 0, Some(class)),
+        };
+        self.rows.push(Row {
+            intended_ns: ns(f.intended),
+            start_ns: ns(f.start),
+            end_ns: ns(end),
+            status,
+            bytes,
+            connection: (self.setup.conn_base + slot) as u32,
+            request: f.req,
+            error,
+        });
+    }
+
+    /// Closes the connection; requests still in flight were not processed by
+    /// the server (it announced the close) and are sent again elsewhere.
+    fn close(&mut self, slot: usize) {
+        let c = &mut self.conns[slot];
+        for f in c.inflight.drain(..).rev() {
+            self.sched.retry.push_front(Pending { intended: f.intended, req: f.req, measured: f.measured });
+            self.inflight_total -= 1;
+        }
+        self.reset(slot);
+    }
+
+    /// Fails every request in flight on the connection and closes it.
+    fn fail(&mut self, slot: usize, class: ErrorClass, now: Instant) {
+        let inflight = std::mem::take(&mut self.conns[slot].inflight);
+        for f in &inflight {
+            if f.measured {
+                self.stats.error(class, 1);
+                self.row(slot, f, now, Err(class));
+            }
+        }
+        self.inflight_total -= inflight.len();
+        let mut inflight = inflight;
+        inflight.clear();
+        self.conns[slot].inflight = inflight;
+        if class == ErrorClass::Connect {
+            self.conns[slot].retry_at = Some(now + CONNECT_BACKOFF);
+        }
+        self.reset(slot);
+    }
+
+    fn reset(&mut self, slot: usize) {
+        let c = &mut self.conns[slot];
+        if let Some(mut stream) = c.stream.take() {
+            let _ = self.poll.registry().deregister(&mut stream);
+        }
+        c.phase = Phase::Idle;
+        c.unsent = 0;
+        c.unsent_off = 0;
+        c.parser = ResponseParser::new();
+        c.carry.clear();
+        c.closing = false;
+        self.mark_free(slot);
+    }
+
+    /// Periodic work: reconnect after back-off, time out slow requests.
+    fn tick(&mut self, now: Instant) {
+        for slot in 0..self.conns.len() {
+            let c = &self.conns[slot];
+            if c.retry_at.is_some_and(|at| at <= now) {
+                self.conns[slot].retry_at = None;
+                self.mark_free(slot);
+                continue;
+            }
+            if c.inflight.front().is_some_and(|f| now - f.start > self.setup.timeout) {
+                self.fail(slot, ErrorClass::Timeout, now);
+            }
+        }
+    }
+
+    /// The drain after the end lasted `--timeout`: whatever is left is late
+    /// beyond measure and counts as timed out.
+    fn abandon(&mut self, end: Instant, now: Instant) {
+        for slot in 0..self.conns.len() {
+            if !self.conns[slot].inflight.is_empty() {
+                self.fail(slot, ErrorClass::Timeout, now);
+            }
+        }
+        let unsent = self.sched.abandon(end);
+        self.stats.error(ErrorClass::Timeout, unsent);
+    }
+}
