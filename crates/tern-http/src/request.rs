@@ -128,6 +128,8 @@ pub struct Fields<'a> {
 /// A parsed and validated request head, borrowing the receive buffer.
 #[derive(Debug)]
 pub struct Request<'a> {
+    /// The request line as received, without its CRLF (for the access log).
+    pub request_line: &'a str,
     pub method: Method,
     pub method_token: &'a str,
     /// The request-target exactly as received.
@@ -281,6 +283,7 @@ fn line_endings_ok(bytes: &[u8], partial: bool) -> bool {
 }
 
 struct RequestLine<'a> {
+    line: &'a str,
     method: Method,
     method_token: &'a str,
     target: &'a str,
@@ -326,7 +329,13 @@ fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, Error> {
     let method = Method::from_token(method_token).ok_or(Error::NotImplemented("unknown method"))?;
     // Both were checked to be ASCII above.
     let as_str = |b| std::str::from_utf8(b).map_err(|_| Error::BadRequest("non-ASCII request line"));
-    Ok(RequestLine { method, method_token: as_str(method_token)?, target: as_str(target)?, version })
+    Ok(RequestLine {
+        line: as_str(line)?,
+        method,
+        method_token: as_str(method_token)?,
+        target: as_str(target)?,
+        version,
+    })
 }
 
 struct Target<'a> {
@@ -512,6 +521,7 @@ fn build_request<'a>(
         Version::Http10 => keep_alive_token && !close,
     };
     Ok(Request {
+        request_line: line.line,
         method: line.method,
         method_token: line.method_token,
         target: line.target,

@@ -76,25 +76,27 @@ pub fn content_range(out: &mut Vec<u8>, start: u64, end: u64, len: u64) {
     out.extend_from_slice(b"\r\n");
 }
 
+const PAGE: [&str; 3] =
+    ["<!DOCTYPE html>\n<html><head><title>", "</title></head>\n<body><h1>", "</h1></body></html>\n"];
+
 /// The small HTML page sent with an error status.
 pub fn error_page(out: &mut Vec<u8>, status: u16) {
-    let code = itoa::Buffer::new();
-    let mut code = code;
+    let mut code = itoa::Buffer::new();
     let code = code.format(status);
-    let reason = reason(status);
-    for part in [
-        "<!DOCTYPE html>\n<html><head><title>",
-        code,
-        " ",
-        reason,
-        "</title></head>\n<body><h1>",
-        code,
-        " ",
-        reason,
-        "</h1></body></html>\n",
-    ] {
+    for (i, part) in PAGE[..3].iter().enumerate() {
         out.extend_from_slice(part.as_bytes());
+        if i < 2 {
+            out.extend_from_slice(code.as_bytes());
+            out.push(b' ');
+            out.extend_from_slice(reason(status).as_bytes());
+        }
     }
+}
+
+/// The length of [`error_page`]`(status)`, known before it is written.
+pub fn error_page_len(status: u16) -> usize {
+    let title = 3 + 1 + reason(status).len();
+    PAGE.iter().map(|p| p.len()).sum::<usize>() + 2 * title
 }
 
 #[cfg(test)]
@@ -110,6 +112,7 @@ mod tests {
         assert_eq!(out, b"HTTP/1.1 206 Partial Content\r\nContent-Length: 42\r\nContent-Range: bytes 0-41/100\r\n");
         out.clear();
         error_page(&mut out, 404);
+        assert_eq!(out.len(), error_page_len(404));
         assert_eq!(
             out,
             b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n<body><h1>404 Not Found</h1></body></html>\n"

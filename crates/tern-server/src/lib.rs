@@ -1,1 +1,26 @@
+//! The tern server: configuration, the connection state machine, the site
+//! handlers and the engines that drive them.
+//!
+//! A request's path through the code, in file order: `engine/event.rs`
+//! accepts and waits for readiness → `conn.rs` reads, parses (with
+//! `tern_http`) and enforces limits and timeouts → `site/mod.rs` routes →
+//! `site/static_files.rs` (via `site/open_files.rs` and `site/resolve.rs`)
+//! or `site/internal.rs` answers into a `reply.rs` → `body.rs` sends it with
+//! the configured I/O method → `access_log.rs` and `metrics.rs` record it.
 
+pub mod access_log;
+pub mod body;
+pub mod config;
+pub mod conn;
+pub mod engine;
+pub mod error_log;
+pub mod metrics;
+pub mod reply;
+pub mod request_body;
+pub mod server;
+pub mod site;
+pub mod sys;
+pub mod worker;
+
+pub use config::Config;
+pub use server::Server;

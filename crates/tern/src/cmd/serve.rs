@@ -1,11 +1,86 @@
+//! `tern serve`: run the server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
+use tern_server::config::{IoMethod, Listen};
+use tern_server::{Config, Server};
+
 #[derive(clap::Args)]
+#[command(after_help = "\
+EXAMPLES:
+    tern serve site/                        serve ./site on http://127.0.0.1:8080/
+    tern serve /srv/www --listen 0.0.0.0:80 --workers 4
+    tern serve --config /etc/tern/tern.toml
+    tern serve site/ --io mmap --access-log off
+
+Without --config every setting has a default (see README.md, \"Configuration\");
+command-line options override the file. SIGTERM or Ctrl-C stops the server
+gracefully: in-flight responses finish, idle connections close.")]
 pub struct Args {
-    /// Document root.
-    pub dir: Option<std::path::PathBuf>,
+    /// Document root to serve (overrides `server.root`; default: the
+    /// current directory).
+    pub dir: Option<PathBuf>,
+    /// TOML configuration file.
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, IP:PORT (repeatable; port 0 picks a free port;
+    /// overrides `server.listen`).
+    #[arg(short, long, value_name = "ADDR")]
+    pub listen: Vec<SocketAddr>,
+    /// How static files are sent (overrides `static.io`).
+    #[arg(long, value_name = "METHOD", value_parser = ["sendfile", "mmap", "read"])]
+    pub io: Option<String>,
+    /// Worker threads; 0 = one per usable CPU (overrides `server.workers`).
+    #[arg(short, long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// Access log: a path, `-` for stdout, or `off` (overrides `log.access`).
+    #[arg(long, value_name = "PATH")]
+    pub access_log: Option<String>,
+    /// Check the configuration and exit.
+    #[arg(long)]
+    pub check: bool,
 }
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("tern serve is being built (issue 2)")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(dir) = args.dir {
+        config.server.root = dir;
+    }
+    if !args.listen.is_empty() {
+        config.server.listen = args.listen.into_iter().map(Listen).collect();
+    }
+    if let Some(io) = args.io {
+        config.static_files.io = io.parse::<IoMethod>().map_err(anyhow::Error::msg)?;
+    }
+    if let Some(workers) = args.workers {
+        config.server.workers = workers;
+    }
+    if let Some(log) = args.access_log {
+        config.log.access = log;
+    }
+    if let Some((section, key, message)) = config.broken_rule() {
+        anyhow::bail!("{section}.{key}: {message}");
+    }
+    if args.check {
+        println!("configuration OK");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let server = Server::start(config).context("cannot start")?;
+    let c = server.config();
+    for addr in server.local_addrs() {
+        eprintln!(
+            "tern: listening on http://{addr}/ (root {}, io={}, workers={}, model=event)",
+            c.server.root.display(),
+            c.static_files.io.name(),
+            server.workers()
+        );
+    }
+    server.run_until_signal()?;
+    Ok(ExitCode::SUCCESS)
 }

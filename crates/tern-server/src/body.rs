@@ -1,0 +1,262 @@
+//! Response bytes on their way to the socket, and the three static-file
+//! I/O methods — the only place that knows how a file region is sent.
+//!
+//! A response is a queue of segments: bytes in the connection's buffer
+//! (heads, small bodies, multipart boundaries) and file regions. In-memory
+//! bytes and mapped regions go out together in one `sendmsg` (a whole
+//! keep-alive response in one system call); `sendfile` regions follow a head
+//! sent with `MSG_MORE`; `read` regions are copied through a chunk buffer.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::Arc;
+
+use crate::config::IoMethod;
+use crate::site::open_files::OpenFile;
+use crate::sys;
+
+enum Segment {
+    /// `OutQueue::buf[start..end]`.
+    Buf { start: usize, end: usize },
+    /// A region of a file, sent with the queue's I/O method.
+    File { file: Arc<OpenFile>, offset: u64, len: u64 },
+}
+
+/// The outcome of a flush attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Flushed {
+    /// Everything queued was written.
+    All,
+    /// The socket is full; wait until it is writable.
+    Blocked,
+}
+
+/// Most segments gathered into one `sendmsg`.
+const MAX_IOV: usize = 32;
+
+/// One connection's pending output.
+pub struct OutQueue {
+    io: IoMethod,
+    chunk_size: usize,
+    /// Heads and in-memory bodies.
+    pub buf: Vec<u8>,
+    segments: VecDeque<Segment>,
+    /// The `read` method's chunk buffer and its unsent part.
+    chunk: Vec<u8>,
+    chunk_pos: usize,
+    /// End of the part of `buf` already turned into segments.
+    committed: usize,
+    /// Bytes written since the queue was created (for send-rate timeouts).
+    pub written: u64,
+}
+
+impl OutQueue {
+    pub fn new(io: IoMethod, chunk_size: usize) -> Self {
+        OutQueue {
+            io,
+            chunk_size,
+            buf: Vec::new(),
+            segments: VecDeque::new(),
+            chunk: Vec::new(),
+            chunk_pos: 0,
+            committed: 0,
+            written: 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.segments.is_empty()
+    }
+
+    /// Bytes queued, in memory and in files.
+    pub fn queued(&self) -> u64 {
+        self.segments
+            .iter()
+            .map(|s| match s {
+                Segment::Buf { start, end } => (end - start) as u64,
+                Segment::File { len, .. } => *len,
+            })
+            .sum()
+    }
+
+    /// Can another response be queued behind this one and leave in the same
+    /// `sendmsg`? True while everything queued is in memory or mapped.
+    pub fn gathers(&self) -> bool {
+        self.io == IoMethod::Mmap || self.segments.iter().all(|s| matches!(s, Segment::Buf { .. }))
+    }
+
+    /// Marks everything appended to `buf` since the last call as queued.
+    pub fn commit_buf(&mut self) {
+        let (start, end) = (self.committed, self.buf.len());
+        if end == start {
+            return;
+        }
+        match self.segments.back_mut() {
+            Some(Segment::Buf { end: last_end, .. }) if *last_end == start => *last_end = end,
+            _ => self.segments.push_back(Segment::Buf { start, end }),
+        }
+        self.committed = end;
+    }
+
+    /// Queues a file region (after committing the bytes before it).
+    pub fn push_file(&mut self, file: &Arc<OpenFile>, offset: u64, len: u64) {
+        self.commit_buf();
+        if len == 0 {
+            return;
+        }
+        let small_enough_to_copy = self.io == IoMethod::Read && len <= self.chunk_size as u64;
+        if small_enough_to_copy {
+            // The read method's common case: read the body right behind its
+            // head, so both leave in one write.
+            let at = self.buf.len();
+            self.buf.resize(at + len as usize, 0);
+            match read_exact_at(file.file.as_fd(), &mut self.buf[at..], offset) {
+                Ok(()) => return self.commit_buf(),
+                // The file shrank: queue the region instead, so sending
+                // fails and the connection closes rather than lying.
+                Err(_) => self.buf.truncate(at),
+            }
+        }
+        self.segments.push_back(Segment::File { file: file.clone(), offset, len });
+    }
+
+    /// Writes as much as the socket takes.
+    pub fn flush(&mut self, sock: BorrowedFd<'_>) -> io::Result<Flushed> {
+        loop {
+            let Some(front) = self.segments.front() else {
+                self.buf.clear();
+                self.committed = 0;
+                return Ok(Flushed::All);
+            };
+            let (n, wanted) = match (front, self.io) {
+                (Segment::File { file, offset, len }, IoMethod::Sendfile) => {
+                    let want = (*len).min(1 << 30) as usize;
+                    match sys::sendfile(sock, file.file.as_fd(), *offset, want) {
+                        Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sent")),
+                        Ok(n) => (n, want),
+                        Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
+                        Err(e) => return Err(e),
+                    }
+                }
+                (Segment::File { file, offset, len }, IoMethod::Read) => {
+                    if self.chunk_pos == self.chunk.len() {
+                        let want = (*len).min(self.chunk_size as u64) as usize;
+                        self.chunk.resize(want, 0);
+                        read_exact_at(file.file.as_fd(), &mut self.chunk, *offset)?;
+                        self.chunk_pos = 0;
+                    }
+                    let pending = &self.chunk[self.chunk_pos..];
+                    let want = pending.len();
+                    match sys::send_vectored(sock, &[IoSlice::new(pending)], false) {
+                        Ok(n) => {
+                            self.chunk_pos += n;
+                            (n, want)
+                        }
+                        Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
+                        Err(e) => return Err(e),
+                    }
+                }
+                _ => {
+                    let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
+                    let mut count = 0;
+                    let mut want = 0;
+                    let mut more = false;
+                    for seg in &self.segments {
+                        if count == MAX_IOV {
+                            break;
+                        }
+                        let bytes: &[u8] = match seg {
+                            Segment::Buf { start, end } => &self.buf[*start..*end],
+                            Segment::File { file, offset, len } => match (self.io, &file.mapping) {
+                                (IoMethod::Mmap, Some(map)) => &map[*offset as usize..(*offset + *len) as usize],
+                                _ => {
+                                    // Hold the rest back until the file
+                                    // region that follows is sent.
+                                    more = true;
+                                    break;
+                                }
+                            },
+                        };
+                        iov[count] = IoSlice::new(bytes);
+                        count += 1;
+                        want += bytes.len();
+                    }
+                    match sys::send_vectored(sock, &iov[..count], more) {
+                        Ok(n) => (n, want),
+                        Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            self.advance(n);
+            if n < wanted {
+                return Ok(Flushed::Blocked);
+            }
+        }
+    }
+
+    /// Drops `n` written bytes from the front of the queue.
+    fn advance(&mut self, mut n: usize) {
+        self.written += n as u64;
+        while n > 0 {
+            let Some(front) = self.segments.front_mut() else { return };
+            let (left, consumed) = match front {
+                Segment::Buf { start, end } => {
+                    let take = n.min(*end - *start);
+                    *start += take;
+                    (*end - *start, take)
+                }
+                Segment::File { offset, len, .. } => {
+                    let take = (n as u64).min(*len);
+                    *offset += take;
+                    *len -= take;
+                    (*len as usize, take as usize)
+                }
+            };
+            n -= consumed;
+            if left == 0 {
+                if matches!(front, Segment::File { .. }) {
+                    self.chunk.clear();
+                    self.chunk_pos = 0;
+                }
+                self.segments.pop_front();
+            }
+        }
+    }
+
+    /// Drops everything queued (the connection is going away).
+    pub fn clear(&mut self) {
+        self.segments.clear();
+        self.buf.clear();
+        self.committed = 0;
+        self.chunk.clear();
+        self.chunk_pos = 0;
+    }
+
+    /// Gives up the buffers' memory while the connection is idle.
+    pub fn release(&mut self) -> (Vec<u8>, Vec<u8>) {
+        debug_assert!(self.segments.is_empty());
+        (std::mem::take(&mut self.buf), std::mem::take(&mut self.chunk))
+    }
+
+    /// Adopts a buffer for the next response.
+    pub fn adopt(&mut self, buf: Vec<u8>) {
+        debug_assert!(self.buf.is_empty() && self.segments.is_empty());
+        self.buf = buf;
+        self.buf.clear();
+    }
+}
+
+fn read_exact_at(file: BorrowedFd<'_>, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        match sys::pread(file, buf, offset)? {
+            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while read")),
+            n => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+        }
+    }
+    Ok(())
+}

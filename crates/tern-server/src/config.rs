@@ -1,0 +1,568 @@
+//! Configuration: one TOML file, every setting optional.
+//!
+//! Each section is declared here with its documented default, next to the
+//! type that parses it. Values are checked while they are deserialised, so
+//! every error carries the key and line (`toml` reports both); unknown keys
+//! are errors too, so a typo never silently falls back to a default.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+
+/// The whole configuration.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: Server,
+    #[serde(rename = "static")]
+    pub static_files: StaticFiles,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    pub log: Log,
+    pub status: Status,
+}
+
+/// `[server]`: where and how to listen.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Server {
+    /// Addresses to listen on. Default `["127.0.0.1:8080"]`.
+    pub listen: Vec<Listen>,
+    /// Document root; relative to the config file's directory.
+    /// Default: the current directory.
+    pub root: PathBuf,
+    /// Worker threads (one reactor each); 0 = the CPUs this process may use
+    /// (affinity mask and cgroup quota). Default 0.
+    pub workers: usize,
+    /// Concurrency model. Default `"event"`.
+    pub model: Model,
+    /// Open connections across all workers; past it a new connection gets
+    /// `503` and is closed. Default 10000.
+    pub max_connections: usize,
+    /// Listen backlog. Default 1024.
+    pub backlog: i32,
+    /// Files tried, in order, for a request naming a directory.
+    /// Default `["index.html", "index.htm"]`.
+    pub index: Vec<String>,
+    /// Which symlinks may be followed. Default `"inside-root"`.
+    pub symlinks: Symlinks,
+    /// The `Server` header; empty to omit it. Default `"tern"`.
+    pub server_header: String,
+    /// On SIGTERM, how long in-flight responses may take to finish.
+    /// Default `"10s"`.
+    pub shutdown_timeout: Seconds,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: vec![Listen("127.0.0.1:8080".parse().expect("valid literal"))],
+            root: PathBuf::from("."),
+            workers: 0,
+            model: Model::Event,
+            max_connections: 10_000,
+            backlog: 1024,
+            index: vec!["index.html".into(), "index.htm".into()],
+            symlinks: Symlinks::InsideRoot,
+            server_header: "tern".into(),
+            shutdown_timeout: Seconds(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// A listen address, `IP:PORT` (port 0 picks a free port).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listen(pub SocketAddr);
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(Listen).map_err(|_| de::Error::custom(format!("`{s}` is not an IP:PORT address")))
+    }
+}
+
+/// The concurrency model (SPEC 2.6). The event model is the one built so
+/// far; the others are refused by name until they exist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Model {
+    Event,
+}
+
+/// How static file bodies are sent (SPEC 2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMethod {
+    /// `sendfile(2)`: zero-copy from the page cache.
+    Sendfile,
+    /// `mmap(2)` once per open file, write from the mapping.
+    Mmap,
+    /// `pread(2)` into a buffer of `read_chunk` bytes, `write(2)` it.
+    Read,
+}
+
+impl IoMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            IoMethod::Sendfile => "sendfile",
+            IoMethod::Mmap => "mmap",
+            IoMethod::Read => "read",
+        }
+    }
+}
+
+impl std::str::FromStr for IoMethod {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sendfile" => Ok(IoMethod::Sendfile),
+            "mmap" => Ok(IoMethod::Mmap),
+            "read" => Ok(IoMethod::Read),
+            _ => Err(format!("unknown I/O method `{s}` (expected sendfile, mmap or read)")),
+        }
+    }
+}
+
+/// Which symlinks a path may traverse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Symlinks {
+    /// Symlinks whose target stays inside the root (`RESOLVE_BENEATH`).
+    InsideRoot,
+    /// No symlinks at all.
+    Never,
+    /// Any symlink, even out of the root: only for trusted trees.
+    Any,
+}
+
+/// `[static]`: static file serving.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StaticFiles {
+    /// Default `"sendfile"`.
+    pub io: IoMethod,
+    /// Buffer size of the `read` method. Default `"64KiB"`.
+    pub read_chunk: Bytes,
+    /// Entries in each worker's open-file table. Default 1024.
+    pub open_file_cache: usize,
+    /// How long an open file is trusted before it is looked up again
+    /// (0 = before every request). Default `"1s"`.
+    pub open_file_valid: Seconds,
+    /// Charset appended to `text/*` types; empty for none. Default `"utf-8"`.
+    pub charset: String,
+    /// Extra or overriding MIME types by extension: `{ "md" = "text/markdown" }`.
+    pub mime_types: BTreeMap<String, String>,
+}
+
+impl Default for StaticFiles {
+    fn default() -> Self {
+        StaticFiles {
+            io: IoMethod::Sendfile,
+            read_chunk: Bytes(64 * 1024),
+            open_file_cache: 1024,
+            open_file_valid: Seconds(Duration::from_secs(1)),
+            charset: "utf-8".into(),
+            mime_types: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[limits]`: sizes and counts a client may use.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Longest request line (`414` past it). Default `"8KiB"`.
+    pub max_request_line: Bytes,
+    /// Largest request head (`431` past it). Default `"16KiB"`.
+    pub max_header_bytes: Bytes,
+    /// Most header fields (`431` past it, at most 128). Default 100.
+    pub max_headers: usize,
+    /// Largest request body (`413` past it). Default `"1MiB"`.
+    pub max_body_bytes: Bytes,
+    /// Requests on one keep-alive connection; 0 = unlimited. Default 10000.
+    pub keepalive_requests: u64,
+    /// Ranges in one `Range` before it is ignored. Default 16.
+    pub max_ranges: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_line: Bytes(8 * 1024),
+            max_header_bytes: Bytes(16 * 1024),
+            max_headers: 100,
+            max_body_bytes: Bytes(1024 * 1024),
+            keepalive_requests: 10_000,
+            max_ranges: 16,
+        }
+    }
+}
+
+/// `[timeouts]`. The header, body and send phases each have a base time and
+/// a minimum data rate (as Apache's mod_reqtimeout): the deadline is
+/// `start + timeout + bytes / min_rate`, so a client that keeps up the rate
+/// may take as long as its transfer needs, and a trickle is cut off.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    /// Idle time allowed between keep-alive requests. Default `"15s"`.
+    pub keepalive: Seconds,
+    /// Time for a request head to arrive. Default `"10s"`.
+    pub header: Seconds,
+    /// Bytes/s that extend `header`. Default 500.
+    pub header_min_rate: u64,
+    /// Time for a request body. Default `"10s"`.
+    pub body: Seconds,
+    /// Bytes/s that extend `body`. Default 500.
+    pub body_min_rate: u64,
+    /// Time for a response to be taken by a slow reader. Default `"10s"`.
+    pub send: Seconds,
+    /// Bytes/s that extend `send`. Default 500.
+    pub send_min_rate: u64,
+    /// After an error answer, how long to drain the client's input before
+    /// closing (so the answer is not lost to a reset). Default `"2s"`.
+    pub linger: Seconds,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        let s = |n| Seconds(Duration::from_secs(n));
+        Timeouts {
+            keepalive: s(15),
+            header: s(10),
+            header_min_rate: 500,
+            body: s(10),
+            body_min_rate: 500,
+            send: s(10),
+            send_min_rate: 500,
+            linger: s(2),
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Log {
+    /// Access log (Combined Log Format): a path, `"-"` for stdout, or
+    /// `"off"`. Default `"-"`.
+    pub access: String,
+    /// Access log bytes buffered per worker before a write; the buffer is
+    /// also flushed every second. Default `"64KiB"`.
+    pub access_buffer: Bytes,
+    /// Error log: a path or `"-"` for stderr. Default `"-"`.
+    pub error: String,
+    /// Least severe level written: error, warn, info, debug. Default `"warn"`.
+    pub level: Level,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log { access: "-".into(), access_buffer: Bytes(64 * 1024), error: "-".into(), level: Level::Warn }
+    }
+}
+
+/// Error-log severity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+/// `[status]`: the internal JSON status page and Prometheus metrics.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Status {
+    /// Default true.
+    pub enabled: bool,
+    /// Default `"/_tern/status"`.
+    pub path: String,
+    /// Default `"/metrics"`.
+    pub metrics_path: String,
+    /// Client networks allowed to read them. Default loopback only.
+    pub allow: Vec<Network>,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            enabled: true,
+            path: "/_tern/status".into(),
+            metrics_path: "/metrics".into(),
+            allow: vec![
+                Network::parse("127.0.0.0/8").expect("valid literal"),
+                Network::parse("::1/128").expect("valid literal"),
+            ],
+        }
+    }
+}
+
+/// An IP network in CIDR notation (`10.0.0.0/8`); a bare address is a /32
+/// or /128.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Network {
+    addr: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl Network {
+    pub fn parse(s: &str) -> Option<Network> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a.parse().ok()?, Some(p.parse::<u8>().ok()?)),
+            None => (s.parse().ok()?, None),
+        };
+        let max = if matches!(addr, std::net::IpAddr::V4(_)) { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        (prefix <= max).then_some(Network { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        let bits = |a: std::net::IpAddr| -> u128 {
+            match a {
+                std::net::IpAddr::V4(v4) => u128::from(u32::from(v4)) << 96,
+                std::net::IpAddr::V6(v6) => u128::from(v6),
+            }
+        };
+        if ip.is_ipv4() != self.addr.is_ipv4() {
+            return false;
+        }
+        let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - u32::from(self.prefix)) };
+        (bits(ip) & mask) == (bits(self.addr) & mask)
+    }
+}
+
+impl<'de> Deserialize<'de> for Network {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Network::parse(&s).ok_or_else(|| de::Error::custom(format!("`{s}` is not an address or CIDR network")))
+    }
+}
+
+/// A byte size: an integer, or a string with a unit (`"64KiB"`, `"1MiB"`,
+/// `"16k"`, `"2M"`, `"1G"`; powers of 1024).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bytes(pub u64);
+
+impl Bytes {
+    pub fn parse(s: &str) -> Option<Bytes> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let n: u64 = num.parse().ok()?;
+        let mult = match unit.trim() {
+            "" | "B" => 1,
+            "k" | "K" | "KiB" | "KB" => 1 << 10,
+            "m" | "M" | "MiB" | "MB" => 1 << 20,
+            "g" | "G" | "GiB" | "GB" => 1 << 30,
+            _ => return None,
+        };
+        n.checked_mul(mult).map(Bytes)
+    }
+
+    pub fn usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl<'de> Deserialize<'de> for Bytes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = Bytes;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a byte size such as 65536 or \"64KiB\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Bytes, E> {
+                u64::try_from(v).map(Bytes).map_err(|_| E::custom("a size cannot be negative"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Bytes, E> {
+                Bytes::parse(v)
+                    .ok_or_else(|| E::custom(format!("`{v}` is not a byte size (e.g. 65536, \"64KiB\", \"1MiB\")")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A duration: an integer number of seconds, or a string with a unit
+/// (`"500ms"`, `"10s"`, `"2m"`, `"1h"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seconds(pub Duration);
+
+impl Seconds {
+    pub fn parse(s: &str) -> Option<Seconds> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (num, unit) = s.split_at(split);
+        let n: u64 = num.parse().ok()?;
+        let d = match unit {
+            "ms" => Duration::from_millis(n),
+            "" | "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.checked_mul(60)?),
+            "h" => Duration::from_secs(n.checked_mul(3600)?),
+            _ => return None,
+        };
+        Some(Seconds(d))
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = Seconds;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration such as 10 or \"10s\", \"500ms\", \"2m\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Seconds, E> {
+                u64::try_from(v)
+                    .map(|s| Seconds(Duration::from_secs(s)))
+                    .map_err(|_| E::custom("a duration cannot be negative"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Seconds, E> {
+                Seconds::parse(v)
+                    .ok_or_else(|| E::custom(format!("`{v}` is not a duration (e.g. 10, \"10s\", \"500ms\")")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A configuration that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl Config {
+    /// Parses TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &Path) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid { path: origin.to_path_buf(), message };
+        let mut config: Config = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        if let Some((section, key, message)) = config.broken_rule() {
+            let at = line_of(text, section, key).map(|n| format!("line {n}: ")).unwrap_or_default();
+            return Err(invalid(format!("{at}{section}.{key}: {message}")));
+        }
+        if config.server.root.is_relative() {
+            if let Some(dir) = origin.parent() {
+                config.server.root = dir.join(&config.server.root);
+            }
+        }
+        Ok(config)
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::parse(&text, path)
+    }
+
+    /// Checks the rules a value's type alone cannot express (also after
+    /// command-line overrides): `(section, key, message)` of the first
+    /// broken one.
+    pub fn broken_rule(&self) -> Option<(&'static str, &'static str, &'static str)> {
+        let rules = [
+            (self.server.listen.is_empty(), "server", "listen", "at least one address is needed"),
+            (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
+            (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),
+            (self.static_files.open_file_cache == 0, "static", "open_file_cache", "must be at least 1"),
+            (
+                self.limits.max_headers == 0 || self.limits.max_headers > tern_http::request::MAX_HEADERS,
+                "limits",
+                "max_headers",
+                "must be between 1 and 128",
+            ),
+            (self.limits.max_request_line.0 < 16, "limits", "max_request_line", "must be at least 16 bytes"),
+            (
+                self.limits.max_header_bytes.0 < self.limits.max_request_line.0,
+                "limits",
+                "max_header_bytes",
+                "must be at least limits.max_request_line",
+            ),
+            (self.limits.max_ranges == 0, "limits", "max_ranges", "must be at least 1"),
+        ];
+        rules.into_iter().find(|r| r.0).map(|(_, section, key, message)| (section, key, message))
+    }
+}
+
+/// The 1-based line where `key` is set inside `[section]`, if written there.
+fn line_of(text: &str, section: &str, key: &str) -> Option<usize> {
+    let mut current = "";
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = name.trim();
+        } else if current == section && line.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('=')) {
+            return Some(n + 1);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text, Path::new("/etc/tern/tern.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_need_no_file() {
+        let c = parse("").unwrap();
+        assert_eq!(c.static_files.io, IoMethod::Sendfile);
+        assert_eq!(c.limits.max_body_bytes, Bytes(1 << 20));
+        assert_eq!(c.timeouts.keepalive, Seconds(Duration::from_secs(15)));
+        assert_eq!(c.server.root, PathBuf::from("/etc/tern/."));
+    }
+
+    #[test]
+    fn values_with_units() {
+        let c = parse("[static]\nio = \"mmap\"\nread_chunk = \"16KiB\"\n[timeouts]\nheader = \"500ms\"\nbody = 3\n")
+            .unwrap();
+        assert_eq!(c.static_files.io, IoMethod::Mmap);
+        assert_eq!(c.static_files.read_chunk, Bytes(16384));
+        assert_eq!(c.timeouts.header, Seconds(Duration::from_millis(500)));
+        assert_eq!(c.timeouts.body, Seconds(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn errors_name_key_and_line() {
+        let e = parse("[server]\nworkers = 2\n\n[static]\nio = \"splice\"\n").unwrap_err();
+        assert!(e.contains("line 5") && e.contains("io") && e.contains("splice"), "{e}");
+        let e = parse("[server]\nlisten = [\"localhost\"]\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("listen") && e.contains("IP:PORT"), "{e}");
+        let e = parse("[limits]\nmax_body = 5\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("max_body"), "{e}");
+        let e = parse("[timeouts]\nsend = \"fast\"\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("send"), "{e}");
+        let e = parse("[server]\nworkers = 1\n[limits]\nmax_headers = 500\n").unwrap_err();
+        assert!(e.contains("line 4: limits.max_headers"), "{e}");
+    }
+
+    #[test]
+    fn networks() {
+        let n = Network::parse("127.0.0.0/8").unwrap();
+        assert!(n.contains("127.1.2.3".parse().unwrap()));
+        assert!(n.contains("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!n.contains("10.0.0.1".parse().unwrap()));
+        assert!(Network::parse("::1/128").unwrap().contains("::1".parse().unwrap()));
+        assert!(Network::parse("10.0.0.0/33").is_none());
+    }
+}

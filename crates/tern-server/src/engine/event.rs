@@ -1,0 +1,192 @@
+//! The event engine: one epoll reactor per worker thread, each with its own
+//! `SO_REUSEPORT` listeners, non-blocking sockets, edge-triggered readiness.
+//!
+//! Sockets are registered once for both directions; the connection keeps
+//! track of what it is waiting for, so no `epoll_ctl` is made per request.
+//! Deadlines are checked by a sweep once a second (a timeout is thus enforced
+//! within a second of its configured value).
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use crate::config::Level;
+use crate::conn::{Conn, Status};
+use crate::server::Shared;
+use crate::worker::Worker;
+
+const WAKE: Token = Token(usize::MAX);
+/// Listener `i` has token `LISTENER_BASE - i`.
+const LISTENER_BASE: usize = usize::MAX - 1;
+const TICK: Duration = Duration::from_secs(1);
+/// Connections accepted per listener per loop turn, so a flood of new
+/// connections cannot starve the ones already open.
+const ACCEPT_BATCH: usize = 64;
+
+const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\nRetry-After: 1\r\n\r\ntoo many connections";
+
+/// Runs worker `index` until shutdown. Sends its waker (or the error that
+/// kept it from starting) on `ready`.
+pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Sender<io::Result<Arc<Waker>>>) {
+    let setup = || -> io::Result<(Poll, Arc<Waker>, Vec<mio::net::TcpListener>)> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+        let mut mio_listeners = Vec::with_capacity(listeners.len());
+        for (i, l) in listeners.into_iter().enumerate() {
+            let mut l = mio::net::TcpListener::from_std(l);
+            poll.registry().register(&mut l, Token(LISTENER_BASE - i), Interest::READABLE)?;
+            mio_listeners.push(l);
+        }
+        Ok((poll, waker, mio_listeners))
+    };
+    let (mut poll, waker, mut listeners) = match setup() {
+        Ok(parts) => parts,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(waker));
+    let mut w = Worker::new(shared, index);
+    let mut conns: Slab<Conn> = Slab::with_capacity(1024);
+    let mut events = Events::with_capacity(1024);
+    let mut next_tick = w.now + TICK;
+    let mut shutdown_deadline: Option<Instant> = None;
+
+    loop {
+        let timeout = next_tick.saturating_duration_since(w.now);
+        if let Err(e) = poll.poll(&mut events, Some(timeout)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                crate::log!(Level::Error, "worker {index}: poll failed: {e}");
+                break;
+            }
+        }
+        w.tick_clock();
+        for event in events.iter() {
+            match event.token() {
+                WAKE => {}
+                Token(t) if t > LISTENER_BASE - listeners.len() && shutdown_deadline.is_none() => {
+                    accept(&mut w, &poll, &listeners[LISTENER_BASE - t], &mut conns);
+                }
+                Token(key) => {
+                    let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                    let writable = event.is_writable() || event.is_write_closed() || event.is_error();
+                    if let Some(conn) = conns.get_mut(key) {
+                        if guarded(&mut w, conn, |c, w| c.on_ready(w, readable, writable)) == Status::Closed {
+                            close(&mut w, &mut conns, key);
+                        }
+                    }
+                }
+            }
+        }
+        if shutdown_deadline.is_none() && w.shutting_down() {
+            // Stop accepting; idle connections close now, busy ones after
+            // their current response.
+            for l in listeners.iter_mut() {
+                let _ = poll.registry().deregister(l);
+            }
+            listeners.clear();
+            shutdown_deadline = Some(w.now + shared.config.server.shutdown_timeout.0);
+            let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
+            for key in keys {
+                if guarded(&mut w, &mut conns[key], |c, w| c.begin_shutdown(w)) == Status::Closed {
+                    close(&mut w, &mut conns, key);
+                }
+            }
+        }
+        if w.now >= next_tick {
+            next_tick = w.now + TICK;
+            let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
+            for key in keys {
+                if guarded(&mut w, &mut conns[key], |c, w| c.on_tick(w)) == Status::Closed {
+                    close(&mut w, &mut conns, key);
+                }
+            }
+            w.log.flush();
+        }
+        if let Some(deadline) = shutdown_deadline {
+            if conns.is_empty() || w.now >= deadline {
+                break;
+            }
+        }
+    }
+    let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
+    for key in keys {
+        close(&mut w, &mut conns, key);
+    }
+    w.log.flush();
+}
+
+/// Runs connection code; a panic closes that connection instead of the
+/// worker (and is logged), so one bad request cannot take the server down.
+fn guarded(w: &mut Worker<'_>, conn: &mut Conn, f: impl FnOnce(&mut Conn, &mut Worker<'_>) -> Status) -> Status {
+    match catch_unwind(AssertUnwindSafe(|| f(conn, w))) {
+        Ok(status) => status,
+        Err(_) => {
+            crate::log!(Level::Error, "connection handler panicked; connection closed");
+            Status::Closed
+        }
+    }
+}
+
+fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, conns: &mut Slab<Conn>) {
+    let shared = w.shared;
+    for _ in 0..ACCEPT_BATCH {
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                // EMFILE and the like: leave the rest in the backlog.
+                crate::log!(Level::Error, "accept failed: {e}");
+                return;
+            }
+        };
+        // SAFETY: the descriptor comes straight from the accepted mio stream.
+        let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
+        w.stats.accepted.incr();
+        if shared.connections.fetch_add(1, Ordering::Relaxed) >= shared.config.server.max_connections {
+            shared.connections.fetch_sub(1, Ordering::Relaxed);
+            w.stats.rejected.incr();
+            refuse(stream, peer);
+            continue;
+        }
+        let entry = conns.vacant_entry();
+        let conn = Conn::new(stream, peer, w);
+        let fd = conn.fd();
+        if let Err(e) =
+            poll.registry().register(&mut SourceFd(&fd), Token(entry.key()), Interest::READABLE | Interest::WRITABLE)
+        {
+            crate::log!(Level::Error, "cannot register connection: {e}");
+            shared.connections.fetch_sub(1, Ordering::Relaxed);
+            continue;
+        }
+        entry.insert(conn);
+        w.stats.active.add(1);
+    }
+}
+
+/// Answers a connection over the cap with `503` (best effort, never
+/// blocking) and closes it.
+fn refuse(stream: TcpStream, peer: SocketAddr) {
+    use std::io::Write;
+    let _ = (&stream).write(OVERLOADED);
+    crate::log!(Level::Warn, "{peer}: refused, server.max_connections reached");
+}
+
+fn close(w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
+    let conn = conns.remove(key);
+    // Closing the descriptor also removes it from the epoll set.
+    conn.recycle(w);
+    w.shared.connections.fetch_sub(1, Ordering::Relaxed);
+    w.stats.active.set(w.stats.active.get().saturating_sub(1));
+}

@@ -1,0 +1,109 @@
+//! Counters. Each worker owns a cache-line-aligned block and is its only
+//! writer, so counting is a plain load and store (no locked instruction, no
+//! shared cache line); readers sum all blocks when a status page asks.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A counter with a single writing thread.
+#[derive(Default, Debug)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`. Only the owning worker calls this.
+    pub fn add(&self, n: u64) {
+        self.0.store(self.0.load(Relaxed).wrapping_add(n), Relaxed);
+    }
+
+    pub fn incr(&self) {
+        self.add(1);
+    }
+
+    /// Sets a gauge.
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Why a connection timed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimeoutKind {
+    Idle,
+    Header,
+    Body,
+    Send,
+}
+
+/// One worker's counters.
+#[derive(Default, Debug)]
+#[repr(align(64))]
+pub struct WorkerStats {
+    pub accepted: Counter,
+    /// Refused with `503` at the connection cap.
+    pub rejected: Counter,
+    /// Connections open in this worker (gauge).
+    pub active: Counter,
+    pub requests: Counter,
+    /// Responses by status class: 1xx … 5xx.
+    pub status: [Counter; 5],
+    /// Response bytes (heads and bodies) queued.
+    pub bytes_out: Counter,
+    pub timeouts: [Counter; 4],
+    pub open_file_hits: Counter,
+    pub open_file_misses: Counter,
+    /// Entries in this worker's open-file table (gauge).
+    pub open_files: Counter,
+}
+
+impl WorkerStats {
+    pub fn status(&self, code: u16) {
+        if let Some(c) = self.status.get(usize::from(code / 100).wrapping_sub(1)) {
+            c.incr();
+        }
+    }
+
+    pub fn timeout(&self, kind: TimeoutKind) {
+        self.timeouts[kind as usize].incr();
+    }
+}
+
+/// The sum over all workers.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Totals {
+    pub accepted: u64,
+    pub rejected: u64,
+    pub active: u64,
+    pub requests: u64,
+    pub status: [u64; 5],
+    pub bytes_out: u64,
+    pub timeouts: [u64; 4],
+    pub open_file_hits: u64,
+    pub open_file_misses: u64,
+    pub open_files: u64,
+}
+
+impl Totals {
+    pub fn sum(workers: &[WorkerStats]) -> Totals {
+        let mut t = Totals::default();
+        for w in workers {
+            t.accepted += w.accepted.get();
+            t.rejected += w.rejected.get();
+            t.active += w.active.get();
+            t.requests += w.requests.get();
+            for (sum, c) in t.status.iter_mut().zip(&w.status) {
+                *sum += c.get();
+            }
+            t.bytes_out += w.bytes_out.get();
+            for (sum, c) in t.timeouts.iter_mut().zip(&w.timeouts) {
+                *sum += c.get();
+            }
+            t.open_file_hits += w.open_file_hits.get();
+            t.open_file_misses += w.open_file_misses.get();
+            t.open_files += w.open_files.get();
+        }
+        t
+    }
+}

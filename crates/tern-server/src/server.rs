@@ -1,0 +1,152 @@
+//! Starting and stopping: listeners, worker threads, signals.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use tern_http::request::Limits;
+
+use crate::access_log::AccessTarget;
+use crate::config::Config;
+use crate::engine::event;
+use crate::metrics::WorkerStats;
+use crate::site::Site;
+use crate::{error_log, sys};
+
+/// What all workers share, read-mostly.
+pub struct Shared {
+    pub config: Config,
+    pub http_limits: Limits,
+    pub site: Site,
+    pub stats: Box<[WorkerStats]>,
+    /// Open connections across workers (for `max_connections`).
+    pub connections: AtomicUsize,
+    pub shutting_down: AtomicBool,
+    pub started: Instant,
+    pub access: AccessTarget,
+}
+
+/// A running server.
+pub struct Server {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    wakers: Vec<Arc<mio::Waker>>,
+    addrs: Vec<SocketAddr>,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Config(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Server {
+    /// Binds, spawns the workers and returns; [`Server::run_until_signal`]
+    /// or [`Server::stop`] ends it.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        if let Some((section, key, message)) = config.broken_rule() {
+            return Err(StartError::Config(format!("{section}.{key}: {message}")));
+        }
+        error_log::init(&config.log.error, config.log.level)
+            .map_err(|e| StartError::Config(format!("log.error: cannot open {}: {e}", config.log.error)))?;
+        let access = AccessTarget::open(&config.log.access)
+            .map_err(|e| StartError::Config(format!("log.access: cannot open {}: {e}", config.log.access)))?;
+        let site = Site::new(&config)?;
+        let workers = if config.server.workers == 0 { sys::usable_cpus() } else { config.server.workers };
+
+        // Each worker gets its own SO_REUSEPORT listener per address; the
+        // first one fixes the port when the configuration asks for port 0.
+        let mut per_worker: Vec<Vec<std::net::TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut addrs = Vec::new();
+        for listen in &config.server.listen {
+            let mut addr = listen.0;
+            for listeners in per_worker.iter_mut() {
+                let l = sys::reuseport_listener(addr, config.server.backlog)
+                    .map_err(|source| StartError::Listen { addr, source })?;
+                addr = l.local_addr()?;
+                listeners.push(l);
+            }
+            addrs.push(addr);
+        }
+
+        let http_limits = Limits {
+            max_request_line: config.limits.max_request_line.usize(),
+            max_head_bytes: config.limits.max_header_bytes.usize(),
+            max_headers: config.limits.max_headers,
+        };
+        let shared = Arc::new(Shared {
+            stats: (0..workers).map(|_| WorkerStats::default()).collect(),
+            config,
+            http_limits,
+            site,
+            connections: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            started: Instant::now(),
+            access,
+        });
+        let (waker_tx, waker_rx) = std::sync::mpsc::channel();
+        let mut threads = Vec::with_capacity(workers);
+        for (index, listeners) in per_worker.into_iter().enumerate() {
+            let shared = shared.clone();
+            let waker_tx = waker_tx.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("tern-worker-{index}"))
+                    .spawn(move || event::run(&shared, index, listeners, waker_tx))?,
+            );
+        }
+        drop(waker_tx);
+        let mut wakers = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            match waker_rx.recv() {
+                Ok(Ok(waker)) => wakers.push(waker),
+                Ok(Err(e)) => return Err(StartError::Io(e)),
+                Err(_) => return Err(StartError::Config("a worker failed to start".into())),
+            }
+        }
+        Ok(Server { shared, workers: threads, wakers, addrs })
+    }
+
+    /// The bound addresses (with real ports where port 0 was asked for).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
+    pub fn run_until_signal(self) -> std::io::Result<()> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+        if let Some(signal) = signals.forever().next() {
+            crate::log!(crate::config::Level::Info, "signal {signal}: shutting down");
+        }
+        self.stop();
+        Ok(())
+    }
+
+    /// Stops accepting, lets in-flight responses finish (up to
+    /// `server.shutdown_timeout`), and joins the workers.
+    pub fn stop(self) {
+        self.shared.shutting_down.store(true, Ordering::SeqCst);
+        for waker in &self.wakers {
+            let _ = waker.wake();
+        }
+        for worker in self.workers {
+            let _ = worker.join();
+        }
+    }
+}

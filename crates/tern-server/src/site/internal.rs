@@ -1,0 +1,108 @@
+//! Internal pages: `/_tern/status` (JSON) and `/metrics` (Prometheus text
+//! format), readable from the configured networks only.
+
+use std::fmt::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+
+use tern_http::{Method, Request};
+
+use crate::metrics::Totals;
+use crate::reply::Reply;
+use crate::worker::Worker;
+
+const TIMEOUT_NAMES: [&str; 4] = ["idle", "header", "body", "send"];
+
+pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
+    let shared = w.shared;
+    let status = &shared.config.status;
+    if !status.allow.iter().any(|n| n.contains(peer.ip())) {
+        return reply.error(403);
+    }
+    if !req.method.is_get_or_head() {
+        reply.head(405);
+        reply.header("Allow", b"GET, HEAD");
+        reply.header("Content-Type", b"text/html; charset=utf-8");
+        return reply.end_head(0);
+    }
+    // The current worker's table size is exact; other workers report theirs
+    // on their next tick.
+    w.stats.open_files.set(w.files.len() as u64);
+    let t = Totals::sum(&shared.stats);
+    let uptime = w.now.saturating_duration_since(shared.started).as_secs();
+    if req.path == status.path {
+        let body = serde_json::json!({
+            "server": "tern",
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_seconds": uptime,
+            "model": "event",
+            "io": shared.config.static_files.io.name(),
+            "workers": shared.stats.len(),
+            "shutting_down": shared.shutting_down.load(Relaxed),
+            "connections": {
+                "active": t.active,
+                "accepted": t.accepted,
+                "rejected": t.rejected,
+                "max": shared.config.server.max_connections,
+            },
+            "requests": {
+                "total": t.requests,
+                "1xx": t.status[0], "2xx": t.status[1], "3xx": t.status[2], "4xx": t.status[3], "5xx": t.status[4],
+            },
+            "bytes_sent": t.bytes_out,
+            "timeouts": {
+                "idle": t.timeouts[0], "header": t.timeouts[1], "body": t.timeouts[2], "send": t.timeouts[3],
+            },
+            "open_file_cache": {
+                "hits": t.open_file_hits,
+                "misses": t.open_file_misses,
+                "entries": t.open_files,
+                "hit_rate": if t.open_file_hits + t.open_file_misses == 0 { 0.0 }
+                            else { t.open_file_hits as f64 / (t.open_file_hits + t.open_file_misses) as f64 },
+            },
+        });
+        let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
+        text.push(b'\n');
+        reply.head(200);
+        reply.header("Content-Type", b"application/json");
+        reply.header("Cache-Control", b"no-store");
+        reply.end_head(text.len() as u64);
+        reply.body(&text);
+        return;
+    }
+    let text = prometheus(&t, uptime, shared.stats.len());
+    reply.head(200);
+    reply.header("Content-Type", b"text/plain; version=0.0.4; charset=utf-8");
+    reply.header("Cache-Control", b"no-store");
+    reply.end_head(text.len() as u64);
+    if req.method != Method::Head {
+        reply.body(text.as_bytes());
+    }
+}
+
+fn prometheus(t: &Totals, uptime: u64, workers: usize) -> String {
+    let mut s = String::with_capacity(2048);
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
+        let _ = writeln!(s, "# HELP tern_{name} {help}\n# TYPE tern_{name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(s, "tern_{name}{labels} {value}");
+        }
+    };
+    metric("uptime_seconds", "gauge", "Seconds since the server started.", &[("", uptime)]);
+    metric("workers", "gauge", "Worker threads.", &[("", workers as u64)]);
+    metric("connections_active", "gauge", "Open client connections.", &[("", t.active)]);
+    metric("connections_accepted_total", "counter", "Connections accepted.", &[("", t.accepted)]);
+    metric("connections_rejected_total", "counter", "Connections refused at the cap.", &[("", t.rejected)]);
+    metric("requests_total", "counter", "Requests answered.", &[("", t.requests)]);
+    let classes = ["{class=\"1xx\"}", "{class=\"2xx\"}", "{class=\"3xx\"}", "{class=\"4xx\"}", "{class=\"5xx\"}"];
+    let by_class: Vec<(&str, u64)> = classes.iter().copied().zip(t.status).collect();
+    metric("responses_total", "counter", "Responses by status class.", &by_class);
+    metric("sent_bytes_total", "counter", "Response bytes queued.", &[("", t.bytes_out)]);
+    let kinds: Vec<String> = TIMEOUT_NAMES.iter().map(|k| format!("{{phase=\"{k}\"}}")).collect();
+    let timeouts: Vec<(&str, u64)> = kinds.iter().map(String::as_str).zip(t.timeouts).collect();
+    metric("timeouts_total", "counter", "Connections closed by a timeout.", &timeouts);
+    metric("open_file_cache_hits_total", "counter", "Open-file table hits.", &[("", t.open_file_hits)]);
+    metric("open_file_cache_misses_total", "counter", "Open-file table misses.", &[("", t.open_file_misses)]);
+    metric("open_file_cache_entries", "gauge", "Open-file table entries.", &[("", t.open_files)]);
+    s
+}

@@ -1,0 +1,278 @@
+//! Static files: open-file table lookup, conditional requests, ranges and
+//! `multipart/byteranges`, with the body handed to the output queue as a
+//! file region (sent by the configured I/O method in `body.rs`).
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use tern_http::conditional::{self, Outcome, Validators};
+use tern_http::range::{self, ByteRange, RangeDecision};
+use tern_http::request::TargetForm;
+use tern_http::{path, response, Method, Request};
+
+use super::open_files::{Identity, OpenFile};
+use super::resolve::{Found, ResolveError};
+use super::Site;
+use crate::config::{Config, IoMethod, Level};
+use crate::reply::Reply;
+use crate::worker::Worker;
+
+const ALLOW: &[u8] = b"GET, HEAD, OPTIONS";
+
+/// What static serving needs from the configuration, prepared once.
+pub struct Settings {
+    io: IoMethod,
+    charset: String,
+    mime_types: Vec<(String, String)>,
+    max_ranges: usize,
+    /// The `multipart/byteranges` boundary, fixed per process.
+    boundary: String,
+}
+
+impl Settings {
+    pub fn new(config: &Config) -> Settings {
+        let st = &config.static_files;
+        let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        Settings {
+            io: st.io,
+            charset: st.charset.clone(),
+            mime_types: st
+                .mime_types
+                .iter()
+                .map(|(ext, ty)| (ext.trim_start_matches('.').to_ascii_lowercase(), ty.clone()))
+                .collect(),
+            max_ranges: config.limits.max_ranges,
+            boundary: format!("tern-{:016x}", (seed as u64) ^ u64::from(std::process::id()).rotate_left(32)),
+        }
+    }
+
+    fn content_type(&self, path: &[u8]) -> String {
+        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+        let name = String::from_utf8_lossy(name);
+        let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+        let ty = self
+            .mime_types
+            .iter()
+            .find(|(e, _)| *e == ext)
+            .map(|(_, t)| t.as_str())
+            .or_else(|| mime_guess::from_ext(&ext).first_raw())
+            .unwrap_or("application/octet-stream");
+        if ty.starts_with("text/") && !self.charset.is_empty() && !ty.contains("charset") {
+            format!("{ty}; charset={}", self.charset)
+        } else {
+            ty.to_string()
+        }
+    }
+
+    /// Builds the table entry for a freshly opened file.
+    fn open_file(&self, file: File, stat: &rustix::fs::Stat, name: &[u8]) -> std::io::Result<OpenFile> {
+        let identity = Identity::of(stat);
+        let mapping = if self.io == IoMethod::Mmap && identity.size > 0 {
+            // SAFETY: the mapping is only ever read by the kernel (through
+            // write/sendmsg), never dereferenced in user space; a file
+            // truncated underneath makes that write fail with EFAULT.
+            Some(unsafe { Mmap::map(&file)? })
+        } else {
+            None
+        };
+        let etag = format!("\"{:x}.{:x}-{:x}\"", identity.mtime_sec, identity.mtime_nsec, identity.size);
+        let last_modified = u64::try_from(identity.mtime_sec).unwrap_or(0);
+        let content_type = self.content_type(name);
+        let mut headers = Vec::with_capacity(160);
+        response::header(&mut headers, "Content-Type", content_type.as_bytes());
+        response::header(&mut headers, "Last-Modified", tern_http::date::format_http_date(last_modified).as_bytes());
+        response::header(&mut headers, "ETag", etag.as_bytes());
+        headers.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+        Ok(OpenFile {
+            file,
+            size: identity.size,
+            identity,
+            mapping,
+            etag: etag.into_bytes().into(),
+            last_modified,
+            content_type: content_type.into(),
+            headers: headers.into(),
+        })
+    }
+}
+
+/// Answers a request for a file under the document root.
+pub fn serve(site: &Site, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
+    if req.form == TargetForm::Asterisk {
+        return allow(reply, 200);
+    }
+    let norm = match path::normalize(req.path, &mut w.path) {
+        Ok(n) => n,
+        Err(err) => {
+            crate::log!(Level::Info, "refused path {:?}: {}", req.path, err.0);
+            return reply.error(400);
+        }
+    };
+    // The key tells `dir/` (its index) from `dir` (a redirect).
+    let rel_len = w.path.len();
+    if norm.trailing_slash {
+        w.path.push(b'/');
+    }
+    let file = match w.files.lookup(&w.path, w.now) {
+        Some((file, true)) => {
+            w.stats.open_file_hits.incr();
+            file
+        }
+        cached => {
+            w.stats.open_file_misses.incr();
+            match site.root.find(&w.path[..rel_len], norm.trailing_slash, &mut w.scratch) {
+                Ok(Found::File { file, stat, index }) => match cached {
+                    Some((old, _)) if old.identity == Identity::of(&stat) => {
+                        w.files.refresh(&w.path, w.now);
+                        old
+                    }
+                    _ => {
+                        let name = index.map_or(&w.path[..rel_len], |i| site.root.index_name(i).as_bytes());
+                        match site.static_files.open_file(file, &stat, name) {
+                            Ok(entry) => {
+                                let entry = Arc::new(entry);
+                                w.files.insert(&w.path, entry.clone(), w.now);
+                                w.stats.open_files.set(w.files.len() as u64);
+                                entry
+                            }
+                            Err(err) => {
+                                crate::log!(Level::Error, "cannot map {:?}: {err}", req.path);
+                                return reply.error(500);
+                            }
+                        }
+                    }
+                },
+                Ok(Found::DirectoryWithoutSlash) => {
+                    w.files.remove(&w.path);
+                    let mut location = Vec::with_capacity(req.path.len() + 2);
+                    location.extend_from_slice(req.path.as_bytes());
+                    location.push(b'/');
+                    if let Some(q) = req.query {
+                        location.push(b'?');
+                        location.extend_from_slice(q.as_bytes());
+                    }
+                    return reply.redirect(301, &location);
+                }
+                Ok(Found::DirectoryWithoutIndex) => {
+                    w.files.remove(&w.path);
+                    return reply.error(403);
+                }
+                Err(err) => {
+                    w.files.remove(&w.path);
+                    if let ResolveError::Unavailable(e) = &err {
+                        crate::log!(Level::Error, "cannot open {:?}: {e}", req.path);
+                    }
+                    return reply.error(err.status());
+                }
+            }
+        }
+    };
+    match req.method {
+        Method::Get | Method::Head => send_file(site, req, reply, w, &file),
+        Method::Options => allow(reply, 200),
+        _ => allow(reply, 405),
+    }
+}
+
+/// `200` to `OPTIONS`, or `405`: with the methods a file allows.
+fn allow(reply: &mut Reply<'_>, status: u16) {
+    reply.head(status);
+    reply.header("Allow", ALLOW);
+    if status == 405 {
+        reply.header("Content-Type", b"text/html; charset=utf-8");
+        reply.end_head(response::error_page_len(405) as u64);
+        if reply.sends_body() {
+            response::error_page(reply.buf(), 405);
+        }
+    } else {
+        reply.end_head(0);
+    }
+}
+
+fn send_file(site: &Site, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut Worker<'_>, file: &Arc<OpenFile>) {
+    let validators = Validators { etag: &file.etag, last_modified: file.last_modified };
+    match conditional::evaluate(req, &validators) {
+        Outcome::Proceed => {}
+        Outcome::NotModified => {
+            reply.head(304);
+            reply.header("ETag", &file.etag);
+            reply.header("Last-Modified", tern_http::date::format_http_date(file.last_modified).as_bytes());
+            return reply.end_head(0);
+        }
+        Outcome::PreconditionFailed => return reply.error(412),
+    }
+    let settings = &site.static_files;
+    let decision = match req.fields.range {
+        Some(value) if conditional::range_applies(req, &validators) => {
+            range::evaluate(value, file.size, settings.max_ranges)
+        }
+        _ => RangeDecision::Full,
+    };
+    match decision {
+        RangeDecision::Full => {
+            reply.head(200);
+            reply.raw(&file.headers);
+            reply.end_head(file.size);
+            reply.body_file(file, 0, file.size);
+        }
+        RangeDecision::Unsatisfiable => {
+            reply.head(416);
+            let buf = reply.buf();
+            buf.extend_from_slice(b"Content-Range: bytes */");
+            buf.extend_from_slice(itoa::Buffer::new().format(file.size).as_bytes());
+            buf.extend_from_slice(b"\r\n");
+            reply.header("Content-Type", b"text/html; charset=utf-8");
+            reply.end_head(response::error_page_len(416) as u64);
+            if reply.sends_body() {
+                response::error_page(reply.buf(), 416);
+            }
+        }
+        RangeDecision::Partial(ranges) if ranges.len() == 1 => {
+            let r = ranges[0];
+            reply.head(206);
+            reply.raw(&file.headers);
+            response::content_range(reply.buf(), r.start, r.end, file.size);
+            reply.end_head(r.len());
+            reply.body_file(file, r.start, r.len());
+        }
+        RangeDecision::Partial(ranges) => multipart(settings, reply, w, file, &ranges),
+    }
+}
+
+/// `206` with `multipart/byteranges` (RFC 9110 §14.6).
+fn multipart(
+    settings: &Settings,
+    reply: &mut Reply<'_>,
+    w: &mut Worker<'_>,
+    file: &Arc<OpenFile>,
+    ranges: &[ByteRange],
+) {
+    // Part heads are formatted first, so the total length is known.
+    let heads = &mut w.scratch;
+    heads.clear();
+    let mut ends = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        let _ = write!(heads, "\r\n--{}\r\nContent-Type: {}\r\n", settings.boundary, file.content_type);
+        response::content_range(heads, r.start, r.end, file.size);
+        heads.extend_from_slice(b"\r\n");
+        ends.push(heads.len());
+    }
+    let closing = format!("\r\n--{}--\r\n", settings.boundary);
+    let total = heads.len() as u64 + ranges.iter().map(ByteRange::len).sum::<u64>() + closing.len() as u64;
+    reply.head(206);
+    let content_type = format!("multipart/byteranges; boundary={}", settings.boundary);
+    reply.header("Content-Type", content_type.as_bytes());
+    reply.header("Last-Modified", tern_http::date::format_http_date(file.last_modified).as_bytes());
+    reply.header("ETag", &file.etag);
+    reply.header("Accept-Ranges", b"bytes");
+    reply.end_head(total);
+    let mut start = 0;
+    for (r, end) in ranges.iter().zip(ends) {
+        reply.body(&w.scratch[start..end]);
+        reply.body_file(file, r.start, r.len());
+        start = end;
+    }
+    reply.body(closing.as_bytes());
+}

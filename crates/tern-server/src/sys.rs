@@ -1,0 +1,70 @@
+//! The few raw system calls the server makes, in one place.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsFd, BorrowedFd};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// CPUs this process may run on: the affinity mask and any cgroup CPU quota
+/// (std reads both on Linux), never the host's raw CPU count.
+pub fn usable_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A non-blocking `SO_REUSEPORT` listener; each worker binds its own, and
+/// the kernel spreads connections across them.
+pub fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(backlog)?;
+    Ok(socket.into())
+}
+
+/// Writes `bufs` with one `sendmsg`; `more` sets `MSG_MORE` so a head is
+/// coalesced with a `sendfile` body that follows.
+pub fn send_vectored(fd: BorrowedFd<'_>, bufs: &[io::IoSlice<'_>], more: bool) -> io::Result<usize> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
+    let mut flags = SendFlags::NOSIGNAL;
+    if more {
+        flags |= SendFlags::MORE;
+    }
+    Ok(sendmsg(fd, bufs, &mut SendAncillaryBuffer::default(), flags)?)
+}
+
+/// `sendfile(2)` of up to `len` bytes from `offset`; returns bytes sent.
+pub fn sendfile(sock: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<usize> {
+    let mut off = offset;
+    Ok(rustix::fs::sendfile(sock, file, Some(&mut off), len)?)
+}
+
+/// `pread(2)` into `buf`.
+pub fn pread(file: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    Ok(rustix::io::pread(file, buf, offset)?)
+}
+
+/// Reads into the spare capacity of `buf` (one `read(2)`), growing its
+/// length by what arrived.
+pub fn read_into(fd: impl AsFd, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    let (filled, _) = rustix::io::read(fd, spare)?;
+    let n = filled.len();
+    // SAFETY: `read` initialised the first `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// Half-closes the sending side so the peer sees the end of the response.
+pub fn shutdown_write(fd: BorrowedFd<'_>) {
+    let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Write);
+}
+
+/// Does `err` mean "try again when ready"?
+pub fn would_block(err: &io::Error) -> bool {
+    err.kind() == io::ErrorKind::WouldBlock
+}

@@ -1,0 +1,79 @@
+//! What one worker thread owns and lends to each connection it runs:
+//! the clock reading, the date cache, the open-file table, the access-log
+//! buffer, scratch buffers and a pool of I/O buffers.
+
+use std::time::{Instant, SystemTime};
+
+use tern_http::date::DateCache;
+
+use crate::access_log::AccessLog;
+use crate::metrics::WorkerStats;
+use crate::server::Shared;
+use crate::site::open_files::OpenFileTable;
+
+/// Size of a pooled receive or send buffer: a typical request head, or a
+/// response head with a small body, fits.
+pub const IO_BUFFER: usize = 8 * 1024;
+/// Idle buffers kept per worker.
+const POOL_KEEP: usize = 256;
+
+/// Buffers taken by connections while they work and given back while they
+/// idle, so thousands of idle keep-alive connections hold no buffers.
+#[derive(Default)]
+pub struct BufPool(Vec<Vec<u8>>);
+
+impl BufPool {
+    pub fn take(&mut self) -> Vec<u8> {
+        self.0.pop().unwrap_or_else(|| Vec::with_capacity(IO_BUFFER))
+    }
+
+    /// Returns a buffer; oversized ones (grown for a large head) are freed.
+    pub fn give(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() == IO_BUFFER && self.0.len() < POOL_KEEP {
+            buf.clear();
+            self.0.push(buf);
+        }
+    }
+}
+
+pub struct Worker<'s> {
+    pub shared: &'s Shared,
+    pub stats: &'s WorkerStats,
+    /// Read once per event-loop turn.
+    pub now: Instant,
+    pub date: DateCache,
+    pub files: OpenFileTable,
+    pub log: AccessLog,
+    pub pool: BufPool,
+    /// The current request's normalised path.
+    pub path: Vec<u8>,
+    /// Scratch for handlers (index paths, multipart heads).
+    pub scratch: Vec<u8>,
+}
+
+impl<'s> Worker<'s> {
+    pub fn new(shared: &'s Shared, index: usize) -> Worker<'s> {
+        let config = &shared.config;
+        Worker {
+            shared,
+            stats: &shared.stats[index],
+            now: Instant::now(),
+            date: DateCache::new(SystemTime::now()),
+            files: OpenFileTable::new(config.static_files.open_file_cache, config.static_files.open_file_valid.0),
+            log: AccessLog::new(&shared.access, config.log.access_buffer.usize()),
+            pool: BufPool::default(),
+            path: Vec::with_capacity(256),
+            scratch: Vec::with_capacity(256),
+        }
+    }
+
+    /// Reads the clock; called once per event-loop turn.
+    pub fn tick_clock(&mut self) {
+        self.now = Instant::now();
+        self.date.update(SystemTime::now());
+    }
+
+    pub fn shutting_down(&self) -> bool {
+        self.shared.shutting_down.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
