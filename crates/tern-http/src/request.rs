@@ -296,8 +296,9 @@ pub fn is_tchar(b: u8) -> bool {
 }
 
 fn is_target_byte(b: u8) -> bool {
-    // Visible ASCII; a fragment is never sent (RFC 9112 §3.2).
-    (0x21..=0x7e).contains(&b) && b != b'#'
+    // Visible ASCII. A fragment should not be sent (RFC 9112 §3.2), but
+    // user agents do; it is dropped, as every mainstream server does.
+    (0x21..=0x7e).contains(&b)
 }
 
 fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, Error> {
@@ -345,7 +346,9 @@ struct Target<'a> {
     authority: Option<&'a str>,
 }
 
+/// Splits `path?query#fragment`, dropping the fragment.
 fn split_query(s: &str) -> (&str, Option<&str>) {
+    let s = s.split_once('#').map_or(s, |(before, _)| before);
     match s.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (s, None),
@@ -374,7 +377,7 @@ fn classify_target(method: Method, target: &str) -> Result<Target<'_>, Error> {
     if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
         return Err(Error::BadRequest("unsupported URI scheme"));
     }
-    let auth_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..auth_end];
     // RFC 9110 §4.2.4: userinfo in an http(s) URI is treated as an error.
     if authority.contains('@') {
@@ -584,7 +587,6 @@ mod tests {
         // An invalid field is refused before the head is complete.
         assert_eq!(status(b"GET / HTTP/1.1\r\nFoo\x01: x\r\n"), Some(400));
         assert_eq!(status(b"GET / HTTP/1.1\r\nFoo: x\rBar"), Some(400));
-        assert_eq!(status(b"GET /#frag HTTP/1.0\r\n"), Some(400));
     }
 
     #[test]
@@ -620,6 +622,10 @@ mod tests {
             (r.form, r.path, r.query, r.host),
             (TargetForm::Absolute, "/", Some("hail=all"), Some("hypnotoad.org"))
         );
+        let r = complete(b"GET /a?b=1#frag HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!((r.path, r.query), ("/a", Some("b=1")));
+        let r = complete(b"GET /a#frag?x HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!((r.path, r.query), ("/a", None));
         let r = complete(b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n");
         assert_eq!(r.form, TargetForm::Asterisk);
         let r = complete(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n");

@@ -23,7 +23,7 @@ use crate::body::{Flushed, OutQueue};
 use crate::config::Level;
 use crate::metrics::TimeoutKind;
 use crate::reply::Reply;
-use crate::request_body::BodyReader;
+use crate::request_body::{BodyError, BodyReader};
 use crate::sys;
 use crate::worker::Worker;
 
@@ -40,8 +40,8 @@ enum Phase {
     Head,
     /// Writing queued responses.
     Send,
-    /// Reading and dropping the body of a request answered without it.
-    Discard,
+    /// Reading (and checking) a request body before answering.
+    Body,
     /// After a final answer: output shut down, input drained until the
     /// peer closes, so a reset cannot destroy the answer in flight.
     Linger,
@@ -85,12 +85,16 @@ pub struct Conn {
     phase: Phase,
     may_read: bool,
     may_write: bool,
+    /// The peer's FIN was reported with the readiness: a short read does
+    /// not mean the socket is drained, the end of stream is still to read.
+    eof_pending: bool,
     peer_closed: bool,
     /// Whether the connection stays open after the queued responses.
     keep_alive: bool,
     requests: u64,
-    /// The body of the last request, still to be read and dropped.
-    body: Option<BodyReader>,
+    /// The body being read, and the length of its head (kept in `rbuf`
+    /// at `rpos` until the body is complete).
+    body: Option<(BodyReader, usize)>,
     timer: Timer,
 }
 
@@ -109,6 +113,7 @@ impl Conn {
             phase: Phase::Head,
             may_read: false,
             may_write: true,
+            eof_pending: false,
             peer_closed: false,
             keep_alive: true,
             requests: 0,
@@ -121,9 +126,11 @@ impl Conn {
         self.sock.as_raw_fd()
     }
 
-    /// The socket may have become readable and/or writable.
-    pub fn on_ready(&mut self, w: &mut Worker<'_>, readable: bool, writable: bool) -> Status {
-        self.may_read |= readable;
+    /// The socket may have become readable and/or writable; `read_closed`
+    /// when the peer has shut down its side.
+    pub fn on_ready(&mut self, w: &mut Worker<'_>, readable: bool, writable: bool, read_closed: bool) -> Status {
+        self.may_read |= readable || read_closed;
+        self.eof_pending |= read_closed;
         self.may_write |= writable;
         self.drive(w)
     }
@@ -189,23 +196,11 @@ impl Conn {
                         Fill::Failed => return Status::Closed,
                     }
                 }
-                Phase::Discard => {
-                    if self.rpos < self.rbuf.len() {
-                        let Some(reader) = self.body.as_mut() else { unreachable!("discarding without a body") };
-                        match reader.feed(&self.rbuf[self.rpos..], |_| {}) {
-                            Ok((n, done)) => {
-                                self.rpos += n;
-                                if done {
-                                    self.body = None;
-                                    self.phase = Phase::Head;
-                                    self.set_clock(Clock::Idle, w.now);
-                                    continue;
-                                }
-                            }
-                            // The answer is already sent; a bad or
-                            // oversized body just ends the connection.
-                            Err(_) => return self.finish(w),
-                        }
+                Phase::Body => {
+                    match self.read_body(w) {
+                        Some(true) => continue,
+                        Some(false) => {}
+                        None => return Status::Closed,
                     }
                     if self.peer_closed {
                         return Status::Closed;
@@ -231,8 +226,24 @@ impl Conn {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let result = match parse_head(&rbuf[self.rpos..], &w.shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
-                self.rpos += req.head_len;
-                self.answer(w, &req);
+                let max = w.shared.config.limits.max_body_bytes.0;
+                match BodyReader::new(req.framing, max) {
+                    // The body is read (and its framing checked) before the
+                    // answer, unless the client waits for `100 Continue`,
+                    // which no handler asks for yet: then it is answered
+                    // without the body and the connection closed.
+                    Some(reader)
+                        if !req.expect_continue && !matches!(req.framing, BodyFraming::Length(n) if n > max) =>
+                    {
+                        self.body = Some((reader, req.head_len));
+                        self.phase = Phase::Body;
+                        self.set_clock(Clock::Body, w.now);
+                    }
+                    _ => {
+                        self.rpos += req.head_len;
+                        self.answer(w, &req, false);
+                    }
+                }
                 Some(true)
             }
             Ok(Head::Partial { .. }) => Some(false),
@@ -254,8 +265,57 @@ impl Conn {
         result
     }
 
-    /// Answers a complete request, queueing the response.
-    fn answer(&mut self, w: &mut Worker<'_>, req: &Request<'_>) {
+    /// Consumes buffered body bytes; answers the request once the body is
+    /// complete. `Some(true)`: progress, look again; `Some(false)`: more
+    /// bytes needed; `None`: close now.
+    fn read_body(&mut self, w: &mut Worker<'_>) -> Option<bool> {
+        let Some((reader, head_len)) = self.body.as_mut() else { unreachable!("body phase without a body") };
+        let start = self.rpos + *head_len;
+        if start == self.rbuf.len() {
+            return Some(false);
+        }
+        match reader.feed(&self.rbuf[start..], |_| {}) {
+            Ok((n, done)) => {
+                self.rbuf.drain(start..start + n);
+                if !done {
+                    return Some(false);
+                }
+            }
+            Err(err) => {
+                let status = match err {
+                    BodyError::Framing(why) => {
+                        crate::log!(Level::Info, "{}: bad request body: {why}", self.peer);
+                        400
+                    }
+                    BodyError::TooLarge => 413,
+                };
+                let rbuf = std::mem::take(&mut self.rbuf);
+                self.body = None;
+                self.answer_error(w, status, first_line(&rbuf[self.rpos..]));
+                self.rpos = rbuf.len();
+                self.rbuf = rbuf;
+                return Some(true);
+            }
+        }
+        // Complete: parse the head again (it was kept in place) and answer.
+        self.body = None;
+        let rbuf = std::mem::take(&mut self.rbuf);
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let answered = match parse_head(&rbuf[self.rpos..], &w.shared.http_limits, &mut fields) {
+            Ok(Head::Complete(req)) => {
+                self.rpos += req.head_len;
+                self.answer(w, &req, true);
+                Some(true)
+            }
+            _ => None,
+        };
+        self.rbuf = rbuf;
+        answered
+    }
+
+    /// Answers a complete request, queueing the response. `body_read`:
+    /// its body (if any) has been read off the connection.
+    fn answer(&mut self, w: &mut Worker<'_>, req: &Request<'_>, body_read: bool) {
         let config = &w.shared.config;
         let limits = &config.limits;
         if self.out.buf.capacity() == 0 {
@@ -265,11 +325,11 @@ impl Conn {
         let mut keep_alive = req.keep_alive
             && !w.shutting_down()
             && (limits.keepalive_requests == 0 || self.requests < limits.keepalive_requests);
-        let body = BodyReader::new(req.framing, limits.max_body_bytes.0);
+        // A body not read by now is not read at all (too large, or its
+        // client waits for `100 Continue`): close after the answer.
+        let unread_body = req.has_body() && !body_read;
         let too_large = matches!(req.framing, BodyFraming::Length(n) if n > limits.max_body_bytes.0);
-        // A client waiting for `100 Continue` may never send the body we
-        // do not ask for: close rather than guess.
-        if too_large || (body.is_some() && req.expect_continue) {
+        if unread_body {
             keep_alive = false;
         }
         let mut reply = Reply::new(
@@ -300,7 +360,6 @@ impl Conn {
             referer: req.fields.referer,
             user_agent: req.fields.user_agent,
         });
-        self.body = if self.keep_alive { body } else { None };
         self.after_answer(w);
     }
 
@@ -334,11 +393,8 @@ impl Conn {
     /// Decides whether to gather the next pipelined response into the same
     /// write or to start sending.
     fn after_answer(&mut self, w: &Worker<'_>) {
-        let gather = self.keep_alive
-            && self.body.is_none()
-            && self.rpos < self.rbuf.len()
-            && self.out.gathers()
-            && self.out.queued() < MAX_GATHERED;
+        let gather =
+            self.keep_alive && self.rpos < self.rbuf.len() && self.out.gathers() && self.out.queued() < MAX_GATHERED;
         if !gather {
             self.phase = Phase::Send;
             self.set_clock(Clock::Send, w.now);
@@ -351,14 +407,9 @@ impl Conn {
         if !self.keep_alive {
             return Some(self.finish(w));
         }
-        if self.body.is_some() {
-            self.phase = Phase::Discard;
-            self.set_clock(Clock::Body, w.now);
-        } else {
-            self.phase = Phase::Head;
-            let clock = if self.rpos < self.rbuf.len() { Clock::Header } else { Clock::Idle };
-            self.set_clock(clock, w.now);
-        }
+        self.phase = Phase::Head;
+        let clock = if self.rpos < self.rbuf.len() { Clock::Header } else { Clock::Idle };
+        self.set_clock(clock, w.now);
         None
     }
 
@@ -442,7 +493,7 @@ impl Conn {
                 Ok(n) => {
                     // A short read drained the socket: the next edge will
                     // say when more arrives.
-                    if n < spare {
+                    if n < spare && !self.eof_pending {
                         self.may_read = false;
                     }
                     self.timer.bytes += n as u64;
@@ -480,7 +531,7 @@ impl Conn {
             Clock::Send => (t.send.0, t.send_min_rate),
             Clock::Linger => (t.linger.0, 0),
         };
-        let earned = if min_rate == 0 { Duration::ZERO } else { Duration::from_secs(self.timer.bytes / min_rate) };
+        let earned = Duration::from_secs(self.timer.bytes.checked_div(min_rate).unwrap_or(0));
         if w.now.saturating_duration_since(self.timer.start) <= base + earned {
             return Status::Open;
         }
@@ -511,7 +562,7 @@ impl Conn {
     pub fn begin_shutdown(&mut self, w: &mut Worker<'_>) -> Status {
         self.keep_alive = false;
         let idle = self.phase == Phase::Head && self.rpos == self.rbuf.len() && self.out.is_empty();
-        if idle || self.phase == Phase::Discard {
+        if idle {
             return Status::Closed;
         }
         self.drive(w)

@@ -78,10 +78,12 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                     accept(&mut w, &poll, &listeners[LISTENER_BASE - t], &mut conns);
                 }
                 Token(key) => {
-                    let readable = event.is_readable() || event.is_read_closed() || event.is_error();
+                    let readable = event.is_readable() || event.is_error();
+                    let read_closed = event.is_read_closed();
                     let writable = event.is_writable() || event.is_write_closed() || event.is_error();
                     if let Some(conn) = conns.get_mut(key) {
-                        if guarded(&mut w, conn, |c, w| c.on_ready(w, readable, writable)) == Status::Closed {
+                        let status = guarded(&mut w, conn, |c, w| c.on_ready(w, readable, writable, read_closed));
+                        if status == Status::Closed {
                             close(&mut w, &mut conns, key);
                         }
                     }

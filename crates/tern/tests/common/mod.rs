@@ -1,0 +1,246 @@
+//! Shared helpers for end-to-end tests: start the real `tern` binary on an
+//! ephemeral port, talk to it over real sockets.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const IO_METHODS: [&str; 3] = ["sendfile", "mmap", "read"];
+
+/// A running `tern serve`, stopped (SIGTERM, then SIGKILL) when dropped.
+pub struct Tern {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub stderr: std::sync::Arc<std::sync::Mutex<String>>,
+    _config: Option<tempfile::NamedTempFile>,
+}
+
+pub fn tern_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tern")
+}
+
+impl Tern {
+    /// Starts `tern serve ROOT --listen 127.0.0.1:0 --io IO` with an optional
+    /// TOML config and extra arguments.
+    pub fn start(root: &Path, io: &str, config: &str, extra: &[&str]) -> Tern {
+        Tern::start_with(Command::new(tern_bin()), root, io, config, extra)
+    }
+
+    /// As [`Tern::start`], from a prepared command (e.g. under `taskset`).
+    pub fn start_with(mut cmd: Command, root: &Path, io: &str, config: &str, extra: &[&str]) -> Tern {
+        let mut file = tempfile::Builder::new().suffix(".toml").tempfile().unwrap();
+        // Tests use short timeouts unless they say otherwise.
+        let base = "[log]\naccess = \"off\"\nlevel = \"warn\"\n";
+        let text = if config.contains("[log]") { config.to_string() } else { format!("{base}{config}") };
+        file.write_all(text.as_bytes()).unwrap();
+        cmd.args(["serve"]).arg(root).args(["--listen", "127.0.0.1:0", "--io", io, "--workers", "2", "--config"]);
+        cmd.arg(file.path()).args(extra);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn tern");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let log2 = log.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on http://").nth(1) {
+                    if let Some(tx) = tx.take() {
+                        let addr = rest.split('/').next().unwrap().to_string();
+                        let _ = tx.send(addr);
+                    }
+                }
+                log2.lock().unwrap().push_str(&line);
+                log2.lock().unwrap().push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(addr) => addr.parse().unwrap(),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("tern did not start: {}", log.lock().unwrap());
+            }
+        };
+        Tern { child, addr, stderr: log, _config: Some(file) }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends SIGTERM and waits for the exit (at most `limit`).
+    pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Is the process still running?
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Tern {
+    fn drop(&mut self) {
+        if self.alive() && self.terminate(Duration::from_secs(5)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Sends `bytes` on a fresh connection, half-closes, and reads until the
+/// server closes or `silence` passes with nothing new (the corpus replay
+/// rule).
+pub fn exchange(addr: SocketAddr, bytes: &[u8], silence: Duration) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(silence)).unwrap();
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(Shutdown::Write);
+    read_until_close(&mut s)
+}
+
+/// Reads until EOF, an error, or a read timeout.
+pub fn read_until_close(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return out,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Every status code at the start of a response line, in order.
+pub fn statuses(response: &[u8]) -> Vec<u16> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(pos) = find(&response[i..], b"HTTP/1.") {
+        let at = i + pos;
+        let line_start = at == 0 || response[..at].ends_with(b"\r\n");
+        let tail = &response[at..];
+        if line_start && tail.len() >= 12 && (tail[7] == b'0' || tail[7] == b'1') && tail[8] == b' ' {
+            if let Ok(code) = std::str::from_utf8(&tail[9..12]).unwrap_or("").parse::<u16>() {
+                out.push(code);
+            }
+        }
+        i = at + 7;
+    }
+    out
+}
+
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A parsed response: status, headers (lower-case names), body.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Splits raw bytes holding consecutive responses (with Content-Length or
+/// none for bodiless ones) into responses. `head_requests` marks responses
+/// to HEAD (no body despite Content-Length).
+pub fn parse_responses(mut raw: &[u8], head_requests: &[bool]) -> Vec<Response> {
+    let mut out = Vec::new();
+    while !raw.is_empty() {
+        let end = find(raw, b"\r\n\r\n").expect("complete head");
+        let head = std::str::from_utf8(&raw[..end]).unwrap();
+        let mut lines = head.split("\r\n");
+        let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+        let headers: Vec<(String, String)> = lines
+            .map(|l| {
+                let (n, v) = l.split_once(':').unwrap();
+                (n.to_ascii_lowercase(), v.trim().to_string())
+            })
+            .collect();
+        let is_head = head_requests.get(out.len()).copied().unwrap_or(false);
+        let len: usize = if is_head || status == 304 || status == 204 {
+            0
+        } else {
+            headers.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap())
+        };
+        let body = raw[end + 4..end + 4 + len].to_vec();
+        raw = &raw[end + 4 + len..];
+        out.push(Response { status, headers, body });
+    }
+    out
+}
+
+/// One request on its own connection (`Connection: close`), parsed.
+pub fn request(addr: SocketAddr, raw: &str) -> Response {
+    let bytes = exchange(addr, raw.as_bytes(), Duration::from_secs(5));
+    let head = raw.starts_with("HEAD ");
+    parse_responses(&bytes, &[head]).into_iter().next().expect("a response")
+}
+
+/// A GET with extra header lines, on its own connection.
+pub fn get(addr: SocketAddr, path: &str, headers: &str) -> Response {
+    request(addr, &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{headers}\r\n"))
+}
+
+/// Deterministic pseudo-random bytes (xorshift), for byte-exact checks.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A temporary document root with an index, a small text file, a 3 MiB
+/// binary, a subdirectory and a secret next to (outside) the root.
+pub struct Site {
+    pub dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub big: Vec<u8>,
+    pub small: Vec<u8>,
+}
+
+pub const INDEX: &str = "<!DOCTYPE html><title>tern test</title><p>index</p>\n";
+pub const SECRET: &str = "TOP-SECRET-OUTSIDE-ROOT";
+
+pub fn site() -> Site {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::create_dir_all(root.join("noindex")).unwrap();
+    std::fs::write(root.join("index.html"), INDEX).unwrap();
+    std::fs::write(root.join("sub/index.html"), "sub index\n").unwrap();
+    let small = pattern(1000, 7);
+    std::fs::write(root.join("small.txt"), &small).unwrap();
+    let big = pattern(3 * 1024 * 1024 + 17, 11);
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    std::fs::write(root.join("style.css"), "body{}\n").unwrap();
+    std::fs::write(root.join("empty.txt"), "").unwrap();
+    std::fs::write(dir.path().join("secret.txt"), SECRET).unwrap();
+    Site { dir, root, big, small }
+}
