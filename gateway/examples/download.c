@@ -8,10 +8,13 @@
  * Nothing outside the root is ever opened: ".." components and absolute
  * names are refused outright (403), and the open itself is confined with
  * openat2(RESOLVE_BENEATH), which also refuses symlinks that lead out (403).
+ * Where openat2 is missing the name is walked with O_NOFOLLOW instead, and
+ * then no symlink at all is followed.
  * A missing file is 404; anything but a regular file is 403.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +40,40 @@ static int name_is_safe(const char *name)
     return 1;
 }
 
+/* The fallback where openat2 is missing (kernels before 5.6, valgrind, some
+ * seccomp sandboxes): open one component at a time with O_NOFOLLOW, so no
+ * symlink is followed at all (ELOOP).  ".." never gets here. */
+static int open_walk(int dir, const char *name, int flags)
+{
+    int cur = dir;
+    for (const char *p = name;;) {
+        size_t k = strcspn(p, "/");
+        const char *next = p + k + strspn(p + k, "/");
+        char comp[NAME_MAX + 1];
+        if (k > NAME_MAX) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy(comp, p, k);
+        comp[k] = '\0';
+        int last = *next == '\0';
+        int fd = openat(cur, comp, last ? flags | O_NOFOLLOW
+                                        : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 && errno == ENOTDIR && !last &&
+            fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+            errno = ELOOP; /* a symlinked directory: refused, not missing */
+        int e = errno;
+        if (cur != dir)
+            close(cur);
+        errno = e;
+        if (fd < 0 || last)
+            return fd;
+        cur = fd;
+        p = next;
+    }
+}
+
 /* Open name beneath root; on failure return -1 with the HTTP status in
  * *status. */
 static int open_beneath(const char *root, const char *name, int *status)
@@ -53,6 +90,8 @@ static int open_beneath(const char *root, const char *name, int *status)
         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
     };
     int fd = (int)syscall(SYS_openat2, dir, name, &how, sizeof how);
+    if (fd < 0 && errno == ENOSYS)
+        fd = open_walk(dir, name, (int)how.flags);
     int e = errno;
     close(dir);
     if (fd >= 0)
@@ -69,7 +108,7 @@ static int open_beneath(const char *root, const char *name, int *status)
     case EPERM:
         *status = 403;
         break;
-    default: /* ENOSYS: kernel older than 5.6 */
+    default:
         fprintf(stderr, "download.cgi: openat2 %s: %s\n", name, strerror(e));
         *status = 500;
     }

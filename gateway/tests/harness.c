@@ -7,7 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +20,21 @@
 int t_passed, t_failed;
 const char *t_build, *t_board_data;
 char t_tmp[4096];
+int t_no_openat2;
+
+/* In a child before exec: make openat2 fail with ENOSYS. */
+static int block_openat2(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_openat2, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+           prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
 
 int check(int cond, const char *file, int line, const char *fmt, ...)
 {
@@ -213,7 +233,8 @@ int run_prog(const char *path, char *const argv[], const char *const env[],
         die("fork");
     if (pid == 0) {
         int err = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (err < 0 || dup2(fds[1], 1) < 0 || dup2(err, 2) < 0)
+        if (err < 0 || dup2(fds[1], 1) < 0 || dup2(err, 2) < 0 ||
+            (t_no_openat2 && block_openat2()))
             _exit(126);
         execve(path, argv, (char *const *)envp);
         _exit(127);

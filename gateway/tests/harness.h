@@ -58,6 +58,9 @@ void t_read_file(const char *path, struct buf *out);
  * t_tmp/stderr.txt: t_dump_stderr() prints it after an unexpected result. */
 int run_prog(const char *path, char *const argv[], const char *const env[],
              struct buf *out);
+/* When set, programs started by run_prog get ENOSYS from openat2 (a seccomp
+ * filter), as on kernels before 5.6 or under valgrind. */
+extern int t_no_openat2;
 /* run_prog of t_build/NAME with no arguments. */
 int run_cgi(const char *name, const char *const env[], struct buf *out);
 void t_dump_stderr(void);

@@ -150,7 +150,8 @@ static void reference(const struct op *ops, struct buf *ref)
     free(c.rec);
 }
 
-/* Run ops through discipline d into a capture started by start(). */
+/* Run ops through discipline d with buffer B into capture c (a pipe, or a
+ * SOCK_SEQPACKET socket when records is set). */
 static void run_tgw(const struct op *ops, enum tgw_discipline d, size_t B,
                     struct capture *c, int slow, int records)
 {
