@@ -395,7 +395,9 @@ impl Conn {
     fn after_answer(&mut self, w: &Worker<'_>) {
         let gather =
             self.keep_alive && self.rpos < self.rbuf.len() && self.out.gathers() && self.out.queued() < MAX_GATHERED;
-        if !gather {
+        if gather {
+            self.phase = Phase::Head;
+        } else {
             self.phase = Phase::Send;
             self.set_clock(Clock::Send, w.now);
         }
