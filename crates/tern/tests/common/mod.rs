@@ -36,8 +36,11 @@ impl Tern {
         let base = "[log]\naccess = \"off\"\nlevel = \"warn\"\n";
         let text = if config.contains("[log]") { config.to_string() } else { format!("{base}{config}") };
         file.write_all(text.as_bytes()).unwrap();
-        cmd.args(["serve"]).arg(root).args(["--listen", "127.0.0.1:0", "--io", io, "--workers", "2", "--config"]);
-        cmd.arg(file.path()).args(extra);
+        cmd.args(["serve"]).arg(root).args(["--listen", "127.0.0.1:0", "--io", io, "--config"]).arg(file.path());
+        if !extra.contains(&"--workers") {
+            cmd.args(["--workers", "2"]);
+        }
+        cmd.args(extra);
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
         let mut child = cmd.spawn().expect("spawn tern");
         let stderr = child.stderr.take().unwrap();

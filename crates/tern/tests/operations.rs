@@ -1,0 +1,185 @@
+//! Operating the server: the access log, graceful shutdown, the status page
+//! and metrics, configuration errors, worker count from the CPU affinity,
+//! and the bundled demo site.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{get, Tern};
+
+#[test]
+fn access_log_is_combined_format_and_flushed_on_exit() {
+    let site = common::site();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("access.log");
+    let mut tern = Tern::start(&site.root, "sendfile", "", &["--access-log", log.to_str().unwrap()]);
+    get(tern.addr, "/small.txt", "Referer: http://ref.example/\r\nUser-Agent: test-agent/1 \"q\"\r\n");
+    get(tern.addr, "/missing", "");
+    common::exchange(
+        tern.addr,
+        b"GET /small.txt HTTP/1.1\r\nHost: x\r\nIf-None-Match: *\r\n\r\n",
+        Duration::from_secs(1),
+    );
+    let status = tern.terminate(Duration::from_secs(10)).expect("exits on SIGTERM");
+    assert!(status.success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let strip_time = |l: &str| {
+        let (a, rest) = l.split_once(" [").unwrap();
+        let (time, b) = rest.split_once("] ").unwrap();
+        assert_eq!(time.len(), 26, "CLF time: {time}");
+        assert!(time.ends_with(" +0000"));
+        format!("{a} {b}")
+    };
+    // Workers buffer separately, so lines from different connections may
+    // come in any order.
+    let mut lines: Vec<String> = text.lines().map(strip_time).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "127.0.0.1 - - \"GET /missing HTTP/1.1\" 404 107 \"-\" \"-\"",
+            "127.0.0.1 - - \"GET /small.txt HTTP/1.1\" 200 1000 \"http://ref.example/\" \"test-agent/1 \\\"q\\\"\"",
+            "127.0.0.1 - - \"GET /small.txt HTTP/1.1\" 304 - \"-\" \"-\"",
+        ]
+    );
+}
+
+#[test]
+fn sigterm_finishes_in_flight_responses() {
+    let site = common::site();
+    let size: usize = 64 << 20;
+    std::fs::File::create(site.root.join("huge.bin")).unwrap().set_len(size as u64).unwrap();
+    let mut tern = Tern::start(&site.root, "sendfile", "", &[]);
+    let mut idle = TcpStream::connect(tern.addr).unwrap();
+    idle.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut signalled = false;
+    let start = Instant::now();
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n;
+        if !signalled && got > 1 << 20 {
+            unsafe { libc::kill(tern.pid(), libc::SIGTERM) };
+            signalled = true;
+            // No new connections once shutdown began.
+            std::thread::sleep(Duration::from_millis(300));
+            assert!(TcpStream::connect(tern.addr).is_err(), "still accepting after SIGTERM");
+        }
+        // Read slowly so the response is really in flight.
+        if got % (4 << 20) < n {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let head = 250;
+    assert!(got > size && got < size + head, "got {got} bytes of a {size}-byte body");
+    assert!(start.elapsed() > Duration::from_millis(400));
+    // The idle keep-alive connection was closed, not kept waiting.
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut rest = Vec::new();
+    let _ = idle.read_to_end(&mut rest);
+    let status = tern.terminate(Duration::from_secs(10)).expect("exited");
+    assert!(status.success());
+}
+
+#[test]
+fn status_and_metrics_report_what_happened() {
+    let site = common::site();
+    let tern = Tern::start(&site.root, "mmap", "", &[]);
+    for _ in 0..5 {
+        assert_eq!(get(tern.addr, "/small.txt", "").status, 200);
+    }
+    assert_eq!(get(tern.addr, "/missing", "").status, 404);
+    let r = get(tern.addr, "/_tern/status", "");
+    assert_eq!((r.status, r.header("content-type")), (200, Some("application/json")));
+    let s: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(s["io"], "mmap");
+    assert_eq!(s["workers"], 2);
+    assert_eq!(s["requests"]["2xx"], 5);
+    assert_eq!(s["requests"]["4xx"], 1);
+    assert_eq!(s["requests"]["total"], 6, "a request is counted once answered");
+    assert!(s["open_file_cache"]["hits"].as_u64().unwrap() >= 3);
+    let r = get(tern.addr, "/metrics", "");
+    assert_eq!(r.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
+    let text = String::from_utf8(r.body).unwrap();
+    assert!(text.contains("# TYPE tern_requests_total counter\ntern_requests_total 7\n"), "{text}");
+    assert!(text.contains("tern_responses_total{class=\"2xx\"} 6\n"), "{text}");
+    assert!(text.contains("tern_responses_total{class=\"4xx\"} 1\n"), "{text}");
+    assert!(text.contains("tern_connections_active 1\n"), "{text}");
+
+    let closed = Tern::start(&site.root, "mmap", "[status]\nallow = [\"10.0.0.0/8\"]\n", &[]);
+    assert_eq!(get(closed.addr, "/_tern/status", "").status, 403);
+    assert_eq!(get(closed.addr, "/metrics", "").status, 403);
+}
+
+#[test]
+fn bad_configuration_names_key_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("[server]\nworkers = 2\n\n[static]\nio = \"splice\"\n", "line 5", "splice"),
+        ("[server]\nlisten = [\"nowhere\"]\n", "line 2", "nowhere"),
+        ("[limits]\nmax_body = 5\n", "line 2", "max_body"),
+        ("[timeouts]\nheader = \"soon\"\n", "line 2", "header"),
+        ("[server]\nroot = \"/\"\n[limits]\nmax_headers = 1000\n", "line 4", "limits.max_headers"),
+        ("[server\n", "line 1", "server"),
+    ];
+    for (i, (text, line, key)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(common::tern_bin()).args(["serve", "--config"]).arg(&path).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(line) && err.contains(key) && err.contains(path.to_str().unwrap()), "{text:?} → {err}");
+    }
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[static]\nio = \"mmap\"\n").unwrap();
+    let out = Command::new(common::tern_bin()).args(["serve", "--check", "--config"]).arg(&good).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "configuration OK\n");
+    let out = Command::new(common::tern_bin())
+        .args(["serve", "/nonexistent-root", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent-root"));
+}
+
+#[test]
+fn default_workers_follow_cpu_affinity() {
+    let site = common::site();
+    let mut cmd = Command::new("taskset");
+    cmd.args(["-c", "0", common::tern_bin()]);
+    let tern = Tern::start_with(cmd, &site.root, "sendfile", "", &["--workers", "0"]);
+    let s: serde_json::Value = serde_json::from_slice(&get(tern.addr, "/_tern/status", "").body).unwrap();
+    assert_eq!(s["workers"], 1, "one usable CPU, one worker");
+}
+
+#[test]
+fn serves_the_bundled_demo_site() {
+    let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../site");
+    let tern = Tern::start(&demo, "sendfile", "", &[]);
+    let index = get(tern.addr, "/", "");
+    assert_eq!(index.status, 200);
+    assert!(String::from_utf8_lossy(&index.body).contains("tern is serving this site"));
+    for (path, ctype) in [
+        ("/css/style.css", "text/css; charset=utf-8"),
+        ("/images/tern.svg", "image/svg+xml"),
+        ("/about.html", "text/html; charset=utf-8"),
+    ] {
+        let r = get(tern.addr, path, "");
+        assert_eq!((r.status, r.header("content-type")), (200, Some(ctype)), "{path}");
+        assert_eq!(r.body, std::fs::read(demo.join(&path[1..])).unwrap());
+    }
+    let large = get(tern.addr, "/files/large.txt", "Range: bytes=-100\r\n");
+    assert_eq!(large.status, 206);
+    assert_eq!(get(tern.addr, "/files", "").header("location"), Some("/files/"));
+}
