@@ -10,6 +10,8 @@ pub mod accept_encoding;
 pub mod chunked;
 pub mod conditional;
 pub mod date;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod host;
 pub mod method;
 pub mod path;
