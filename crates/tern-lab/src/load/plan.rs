@@ -187,6 +187,11 @@ impl Plan {
     }
 }
 
+/// A method: a token that starts with a letter (so "-3" is not one).
+fn is_method(s: &str) -> bool {
+    is_token(s) && s.starts_with(|c: char| c.is_ascii_alphabetic())
+}
+
 fn is_token(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
@@ -215,7 +220,7 @@ fn serialize(
     extra_headers: &[(String, String)],
     keepalive: bool,
 ) -> Result<PlannedRequest, PlanError> {
-    if !is_token(&spec.method) {
+    if !is_method(&spec.method) {
         return Err(PlanError::Method(spec.method.clone()));
     }
     let has = |name: &str| spec.headers.iter().chain(extra_headers).any(|(n, _)| n.eq_ignore_ascii_case(name));
@@ -328,7 +333,7 @@ pub fn parse_mix(
         }
         let mut words: Vec<&str> = content.split_whitespace().collect();
         let mut weight = 1;
-        if words[0].bytes().all(|b| b.is_ascii_digit()) {
+        if words[0].bytes().all(|b| b.is_ascii_digit() || b"+-.".contains(&b)) {
             weight = words[0]
                 .parse::<u32>()
                 .ok()
@@ -341,7 +346,7 @@ pub fn parse_mix(
             [method, url] => (*method, *url),
             _ => return Err(fail("expected \"[WEIGHT] [METHOD] URL\"".into())),
         };
-        if !is_token(method) {
+        if !is_method(method) {
             return Err(fail(format!("bad method {method:?}")));
         }
         let url = if url.starts_with('/') {
@@ -475,6 +480,9 @@ mod tests {
         let cases = [
             ("  X: y\n", 1, "must follow"),
             ("/a\n0 /b\n", 2, "positive integer"),
+            ("/a\n-3 /b\n", 2, "positive integer"),
+            ("/a\n1.5 /b\n", 2, "positive integer"),
+            ("/a\n1 4GET /b\n", 2, "bad method"),
             ("/a\n1 GET /b extra\n", 2, "expected"),
             ("/a\n\n  @bogus\n", 3, "unknown directive"),
             ("/a\n  Bad Header\n", 2, "Name: value"),

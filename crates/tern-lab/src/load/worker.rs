@@ -545,10 +545,16 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// Reads and accounts the connection's responses, then sends the next
+    /// requests at once, as wrk does: the server gets them while this thread
+    /// is still handling other connections' events, instead of after.
     fn read(&mut self, slot: usize, read_closed: bool) {
         let mut rbuf = std::mem::take(&mut self.rbuf);
         self.read_into(slot, read_closed, &mut rbuf);
         self.rbuf = rbuf;
+        if !self.free.is_empty() {
+            self.dispatch(Instant::now());
+        }
     }
 
     fn read_into(&mut self, slot: usize, read_closed: bool, rbuf: &mut [u8]) {
