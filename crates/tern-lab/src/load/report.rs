@@ -397,7 +397,7 @@ impl fmt::Display for Report {
         let loads: Vec<String> = g.threads.iter().map(|t| format!("{:.0}%", t.utilization * 100.0)).collect();
         writeln!(
             f,
-            "  generator CPU {} per thread, {:.2} us per request, {} connections opened",
+            "  generator CPU {} per thread, {:.2} us per request; {} connects while measuring",
             loads.join(" "),
             g.cpu_us_per_request,
             count(self.connects)

@@ -435,7 +435,7 @@ impl<'a> Worker<'a> {
                 issued = true;
             }
             if issued && self.conns[slot].phase == Phase::Open {
-                self.flush(slot, now);
+                self.flush(slot);
             }
             if self.can_take(slot) {
                 if !issued {
@@ -484,21 +484,20 @@ impl<'a> Worker<'a> {
     }
 
     fn on_event(&mut self, slot: usize, readable: bool, writable: bool, read_closed: bool) {
-        let now = Instant::now();
         if self.conns[slot].phase == Phase::Connecting {
             let Some(stream) = self.conns[slot].stream.as_ref() else { return };
             match stream.take_error() {
                 Ok(None) => {}
-                Ok(Some(_)) | Err(_) => return self.fail(slot, ErrorClass::Connect, now),
+                Ok(Some(_)) | Err(_) => return self.fail(slot, ErrorClass::Connect, Instant::now()),
             }
             match stream.peer_addr() {
                 Ok(_) => self.conns[slot].phase = Phase::Open,
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
-                Err(_) => return self.fail(slot, ErrorClass::Connect, now),
+                Err(_) => return self.fail(slot, ErrorClass::Connect, Instant::now()),
             }
-            self.flush(slot, now);
+            self.flush(slot);
         } else if writable && self.conns[slot].unsent < self.conns[slot].inflight.len() {
-            self.flush(slot, now);
+            self.flush(slot);
         }
         if (readable || read_closed) && self.conns[slot].phase == Phase::Open {
             self.read(slot, read_closed);
@@ -506,7 +505,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Writes the connection's unsent requests, as many as the socket takes.
-    fn flush(&mut self, slot: usize, now: Instant) {
+    fn flush(&mut self, slot: usize) {
         let plan = self.setup.plan;
         loop {
             let c = &mut self.conns[slot];
@@ -523,7 +522,7 @@ impl<'a> Worker<'a> {
             }
             let result = if n_iov == 1 { stream.write(&iov[0]) } else { stream.write_vectored(&iov[..n_iov]) };
             match result {
-                Ok(0) => return self.fail(slot, ErrorClass::Write, now),
+                Ok(0) => return self.fail(slot, ErrorClass::Write, Instant::now()),
                 Ok(mut n) => {
                     while n > 0 {
                         let len = plan.requests[c.inflight[c.unsent].req as usize].bytes.len();
@@ -540,7 +539,7 @@ impl<'a> Worker<'a> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return self.fail(slot, ErrorClass::Write, now),
+                Err(_) => return self.fail(slot, ErrorClass::Write, Instant::now()),
             }
         }
     }

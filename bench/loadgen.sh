@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# tern bench vs wrk: the same nginx, the same 1 KiB file, the same -t/-c/-d,
+# one tool after the other, RUNS times each (interleaved). Prints each run's
+# request rate and CPU time per request, the medians, and the ratios.
+#
+# Target (SPEC §3): tern bench >= 1.0x wrk's request rate, <= 1.0x its CPU
+# per request. CPU is the tool's user+sys time as reported by bash's `time`
+# (getrusage of the child), divided by the requests it completed.
+#
+# Usage: bench/loadgen.sh            (env: THREADS CONNS DURATION RUNS NGINX_WORKERS PIN)
+#   THREADS=1 CONNS=50 DURATION=5 RUNS=3 NGINX_WORKERS=1 PIN=1 by default.
+#   PIN=1 puts nginx on the last CPU and the generator on CPU 0 (2+ CPUs),
+#   so the two tools see the same server and the same spare core.
+set -euo pipefail
+
+THREADS=${THREADS:-1}
+CONNS=${CONNS:-50}
+DURATION=${DURATION:-5}
+RUNS=${RUNS:-3}
+NGINX_WORKERS=${NGINX_WORKERS:-1}
+PIN=${PIN:-1}
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+# --- tools -----------------------------------------------------------------
+missing=()
+for pkg in wrk nginx; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    echo "installing ${missing[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+echo "building tern (release)" >&2
+(cd "$repo" && cargo build --release -q -p tern)
+TERN="${CARGO_TARGET_DIR:-$repo/target}/release/tern"
+
+# --- nginx serving a 1 KiB file ---------------------------------------------
+tmp=$(mktemp -d)
+nginx_pid=
+cleanup() {
+    [[ -n $nginx_pid ]] && kill "$nginx_pid" 2>/dev/null && wait "$nginx_pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$tmp/www" "$tmp/logs"
+chmod 755 "$tmp" "$tmp/www" # nginx workers run as an unprivileged user
+head -c 1024 /dev/zero | tr '\0' 'a' >"$tmp/www/1k.html"
+cat >"$tmp/nginx.conf" <<EOF
+worker_processes $NGINX_WORKERS;
+daemon off;
+pid $tmp/nginx.pid;
+error_log $tmp/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 10000000;
+    keepalive_timeout 120s;
+    sendfile on;
+    open_file_cache max=16;
+    client_body_temp_path $tmp/body;
+    proxy_temp_path $tmp/proxy;
+    fastcgi_temp_path $tmp/fastcgi;
+    uwsgi_temp_path $tmp/uwsgi;
+    scgi_temp_path $tmp/scgi;
+    server {
+        listen 127.0.0.1:$port;
+        root $tmp/www;
+    }
+}
+EOF
+
+cpus=$(nproc)
+server_pin=() gen_pin=()
+if [[ $PIN == 1 && $cpus -ge 2 ]]; then
+    server_pin=(taskset -c $((cpus - 1)))
+    gen_pin=(taskset -c 0)
+fi
+"${server_pin[@]}" "$NGINX" -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/error.log" &
+nginx_pid=$!
+url="http://127.0.0.1:$port/1k.html"
+for _ in $(seq 50); do
+    curl -fs -o /dev/null "$url" && break
+    sleep 0.1
+done
+curl -fs -o /dev/null "$url" || { echo "nginx does not serve $url" >&2; tail -5 "$tmp/logs/error.log" >&2; exit 1; }
+
+# --- runs --------------------------------------------------------------------
+# cpu_of CMD...: runs CMD with its output in $tmp/out, prints "user+sys" seconds.
+cpu_of() {
+    local TIMEFORMAT='%3U %3S'
+    { time "$@" >"$tmp/out" 2>"$tmp/err"; } 2>"$tmp/time"
+    awk '{ printf "%.3f", $1 + $2 }' "$tmp/time"
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+wrk_rates=() wrk_cpus=() tern_rates=() tern_cpus=()
+rows=()
+for run in $(seq "$RUNS"); do
+    cpu=$(cpu_of "${gen_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" "$url")
+    reqs=$(awk '/requests in/ { print $1 }' "$tmp/out")
+    rate=$(awk '/Requests\/sec/ { print $2 }' "$tmp/out")
+    errs=$(awk '/Socket errors|Non-2xx/ { printf "%s ", $0 }' "$tmp/out")
+    wcpu=$(awk -v c="$cpu" -v n="$reqs" 'BEGIN { printf "%.3f", c * 1e6 / n }')
+    wrk_rates+=("$rate") wrk_cpus+=("$wcpu")
+
+    cpu=$(cpu_of "${gen_pin[@]}" "$TERN" bench -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --json "$url")
+    treqs=$(jq '.requests' "$tmp/out")
+    trate=$(jq '.requests_per_s' "$tmp/out")
+    terrs=$(jq '.errors | to_entries | map(select(.value > 0) | "\(.key) \(.value)") | join(" ")' -r "$tmp/out")
+    tcpu=$(awk -v c="$cpu" -v n="$treqs" 'BEGIN { printf "%.3f", c * 1e6 / n }')
+    tern_rates+=("$trate") tern_cpus+=("$tcpu")
+    rows+=("$(printf '| %d | %.0f | %s | %.0f | %s |' "$run" "$rate" "$wcpu" "$trate" "$tcpu")")
+    [[ -n $errs || -n $terrs ]] && echo "run $run errors: wrk: ${errs:-none}; tern: ${terrs:-none}" >&2
+done
+
+wr=$(median "${wrk_rates[@]}") wc=$(median "${wrk_cpus[@]}")
+tr=$(median "${tern_rates[@]}") tc=$(median "${tern_cpus[@]}")
+
+echo
+echo "nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), $NGINX_WORKERS worker(s); 1 KiB file; -t$THREADS -c$CONNS -d${DURATION}s; $cpus CPUs$([[ ${#gen_pin[@]} -gt 0 ]] && echo ", generator on CPU 0, nginx on CPU $((cpus - 1))")"
+echo
+echo "| run | wrk req/s | wrk CPU µs/req | tern bench req/s | tern bench CPU µs/req |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+printf '| median | %.0f | %s | %.0f | %s |\n' "$wr" "$wc" "$tr" "$tc"
+echo
+awk -v tr="$tr" -v wr="$wr" -v tc="$tc" -v wc="$wc" 'BEGIN {
+    printf "rate ratio tern/wrk: %.3f (target >= 1.0)\n", tr / wr
+    printf "CPU per request ratio tern/wrk: %.3f (target <= 1.0)\n", tc / wc
+}'
