@@ -1,0 +1,137 @@
+# shellcheck shell=bash
+# Helpers shared by the benchmark scripts under bench/: process trees, their CPU
+# time and memory, free ports, readiness, and stopping what we started.
+# Source it; it defines functions only (and the array BENCH_PIDS).
+
+# PIDs of every process the caller started and must stop on exit.
+BENCH_PIDS=()
+
+bench_log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+bench_die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Loud, multi-line notice that survives a scroll-back skim.
+bench_banner() {
+    local line='!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!'
+    printf '\n%s\n' "$line" >&2
+    local msg
+    for msg in "$@"; do printf '!!! %s\n' "$msg" >&2; done
+    printf '%s\n\n' "$line" >&2
+}
+
+# proc_tree ROOT_PID: ROOT_PID and all its descendants, one per line.
+proc_tree() {
+    local root=$1
+    [[ -d /proc/$root ]] || return 0
+    ps -e -o pid=,ppid= | awk -v root="$root" '
+        { kids[$2] = kids[$2] " " $1 }
+        END {
+            queue[1] = root; n = 1; i = 1
+            while (i <= n) {
+                p = queue[i++]; print p
+                m = split(kids[p], k, " ")
+                for (j = 1; j <= m; j++) queue[++n] = k[j]
+            }
+        }'
+}
+
+# tree_tids ROOT_PID: every thread id of every process in the tree.
+tree_tids() {
+    local pid t
+    for pid in $(proc_tree "$1"); do
+        for t in /proc/"$pid"/task/*; do
+            [[ -d $t ]] && echo "${t##*/}"
+        done
+    done
+}
+
+# tree_cpu_ticks ROOT_PID: utime+stime (clock ticks) summed over the process
+# tree. A process's /proc/PID/stat counts all of its threads, live and exited.
+tree_cpu_ticks() {
+    local total=0 pid stat
+    local -a f
+    for pid in $(proc_tree "$1"); do
+        stat=$(cat /proc/"$pid"/stat 2>/dev/null) || continue
+        stat=${stat##*) }            # fields from 3 on; comm may hold spaces
+        read -r -a f <<<"$stat"
+        total=$((total + f[11] + f[12]))   # fields 14 (utime) and 15 (stime)
+    done
+    echo "$total"
+}
+
+# tree_mem_kib ROOT_PID: "RSS_KIB PSS_KIB NPROCS" summed over the tree
+# (VmRSS from status, Pss from smaps_rollup).
+tree_mem_kib() {
+    local rss=0 pss=0 n=0 pid v
+    for pid in $(proc_tree "$1"); do
+        v=$(awk '/^VmRSS:/ {print $2}' /proc/"$pid"/status 2>/dev/null) || continue
+        [[ -n $v ]] || continue
+        rss=$((rss + v)); n=$((n + 1))
+        v=$(awk '/^Pss:/ {print $2}' /proc/"$pid"/smaps_rollup 2>/dev/null) || v=0
+        pss=$((pss + ${v:-0}))
+    done
+    echo "$rss $pss $n"
+}
+
+# system_busy_ticks: CPU ticks (all CPUs) spent not idle since boot.
+system_busy_ticks() {
+    awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
+}
+
+# free_port: a TCP port on 127.0.0.1 nobody listens on (below the ephemeral range).
+free_port() {
+    local port used tries
+    used=$(ss -Hltn 2>/dev/null | awk '{ n = split($4, a, ":"); print a[n] }')
+    for tries in $(seq 1 200); do
+        port=$((20000 + RANDOM % 12000))
+        grep -qx "$port" <<<"$used" || { echo "$port"; return 0; }
+    done
+    bench_die "no free port found after $tries tries"
+}
+
+# wait_http URL PID TIMEOUT_S: wait until URL answers 200 while PID lives.
+wait_http() {
+    local url=$1 pid=$2 code deadline=$((SECONDS + $3))
+    while ((SECONDS < deadline)); do
+        kill -0 "$pid" 2>/dev/null || return 1
+        code=$(curl -s -o /dev/null -m 1 -w '%{http_code}' "$url" 2>/dev/null) || code=000
+        [[ $code == 200 ]] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# stop_tree ROOT_PID: SIGTERM the root, wait up to 5 s for the whole tree to
+# go, then SIGKILL whatever is left. Only ever touches that tree.
+stop_tree() {
+    local root=$1 pid
+    local -a pids
+    mapfile -t pids < <(proc_tree "$root")
+    [[ ${#pids[@]} -gt 0 ]] || return 0
+    kill -TERM "$root" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+        local alive=0
+        for pid in "${pids[@]}"; do
+            [[ -d /proc/$pid ]] && [[ $(awk '{print $3}' /proc/"$pid"/stat 2>/dev/null) != Z ]] && alive=1
+        done
+        ((alive)) || break
+        sleep 0.1
+    done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    wait "$root" 2>/dev/null || true
+}
+
+# forget_pid PID: drop PID from BENCH_PIDS (once it has been stopped).
+forget_pid() {
+    local keep=() pid
+    for pid in "${BENCH_PIDS[@]}"; do [[ $pid == "$1" ]] || keep+=("$pid"); done
+    BENCH_PIDS=("${keep[@]}")
+}
+
+# Stop everything registered in BENCH_PIDS (meant for an EXIT trap).
+stop_all() {
+    local pid
+    for pid in "${BENCH_PIDS[@]}"; do
+        if [[ -d /proc/$pid ]]; then stop_tree "$pid"; fi
+    done
+    BENCH_PIDS=()
+}

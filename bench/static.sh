@@ -1,0 +1,459 @@
+#!/usr/bin/env bash
+# bench/static.sh: static-file benchmark of tern against nginx, lighttpd, h2o
+# and a minimal C epoll responder, side by side on 127.0.0.1 (issue 2).
+#
+# For every server (equal worker counts, access logs off, keep-alive limits
+# raised) and every file size (1 KiB, 40 KiB, 1 MiB; keep-alive):
+#   wrk -tT -cC -dD --latency, R repetitions, the median one reported:
+#   requests/s, p99, the server's own CPU time per request (utime+stime of its
+#   whole process tree from /proc, before/after each run), requests/s per
+#   server core, GiB/s, and the ratio of each tern I/O method to each peer.
+# Then, per server: system calls per keep-alive request for the 1 KiB file
+# (strace -f -c attached to all its threads while wrk -t1 -c1 makes sequential
+# requests on one connection; total calls / requests wrk completed), idle RSS
+# and RSS with N idle keep-alive connections that each made one request.
+# By default the server is pinned to CPU 0 and the load generator to CPU 1.
+#
+# Usage: bench/static.sh [options]      (each option also has an env variable)
+#   -d, --duration S        wrk seconds per run              DUR=10
+#   -c, --connections N     wrk connections                  CONNS=64
+#   -t, --threads N         wrk threads                      THREADS=1
+#   -r, --reps N            repetitions (median reported)    REPS=3
+#   -w, --workers N         server workers/threads           WORKERS=2
+#   -s, --servers LIST      comma list of nginx,lighttpd,h2o,minimal,
+#                           tern-sendfile,tern-mmap,tern-read   SERVERS=all
+#   -z, --sizes LIST        comma list of 1k,40k,1m          SIZES=1k,40k,1m
+#       --warmup S          warm-up seconds per size         WARMUP=1
+#       --strace-duration S syscall-count run seconds        STRACE_DUR=3
+#       --idle-conns N      idle keep-alive connections      IDLE_CONNS=5000
+#       --no-pin            do not pin server/wrk to CPUs    PIN=0
+#       --skip-build        do not run cargo build           SKIP_BUILD=1
+#       --no-strace         skip the syscall count           NO_STRACE=1
+#       --no-rss            skip the memory measurements     NO_RSS=1
+#   -h, --help
+# Output: tables on stdout; everything (configs, logs, raw wrk/strace output,
+# results.json) in bench/out/static-YYYYmmdd-HHMMSS/, results also copied to
+# bench/out/static-latest.json.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib/common.sh
+source "$ROOT/bench/lib/common.sh"
+
+DUR=${DUR:-10}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-1}
+REPS=${REPS:-3}
+WORKERS=${WORKERS:-2}
+SERVERS=${SERVERS:-nginx,lighttpd,h2o,minimal,tern-sendfile,tern-mmap,tern-read}
+SIZES=${SIZES:-1k,40k,1m}
+WARMUP=${WARMUP:-1}
+STRACE_DUR=${STRACE_DUR:-3}
+IDLE_CONNS=${IDLE_CONNS:-5000}
+PIN=${PIN:-1}
+SKIP_BUILD=${SKIP_BUILD:-0}
+NO_STRACE=${NO_STRACE:-0}
+NO_RSS=${NO_RSS:-0}
+
+readonly PACKAGES=(nginx lighttpd h2o wrk strace curl gcc libc6-dev python3 procps iproute2 util-linux)
+readonly ALL_SERVERS=(nginx lighttpd h2o minimal tern-sendfile tern-mmap tern-read)
+declare -A SIZE_BYTES=([1k]=1024 [40k]=40960 [1m]=1048576)
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit "${1:-0}"; }
+
+parse_args() {
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            -d|--duration) DUR=$2; shift 2 ;;
+            -c|--connections) CONNS=$2; shift 2 ;;
+            -t|--threads) THREADS=$2; shift 2 ;;
+            -r|--reps) REPS=$2; shift 2 ;;
+            -w|--workers) WORKERS=$2; shift 2 ;;
+            -s|--servers) SERVERS=$2; shift 2 ;;
+            -z|--sizes) SIZES=$2; shift 2 ;;
+            --warmup) WARMUP=$2; shift 2 ;;
+            --strace-duration) STRACE_DUR=$2; shift 2 ;;
+            --idle-conns) IDLE_CONNS=$2; shift 2 ;;
+            --no-pin) PIN=0; shift ;;
+            --skip-build) SKIP_BUILD=1; shift ;;
+            --no-strace) NO_STRACE=1; shift ;;
+            --no-rss) NO_RSS=1; shift ;;
+            -h|--help) usage 0 ;;
+            *) echo "unknown option: $1" >&2; usage 2 ;;
+        esac
+    done
+    local v
+    for v in DUR CONNS THREADS REPS WORKERS WARMUP STRACE_DUR IDLE_CONNS; do
+        [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || bench_die "$v must be a positive integer (got '${!v}')"
+    done
+    IFS=, read -r -a SERVER_LIST <<<"$SERVERS"
+    IFS=, read -r -a SIZE_LIST <<<"$SIZES"
+    local s
+    for s in "${SERVER_LIST[@]}"; do
+        [[ " ${ALL_SERVERS[*]} " == *" $s "* ]] || bench_die "unknown server '$s' (known: ${ALL_SERVERS[*]})"
+    done
+    for s in "${SIZE_LIST[@]}"; do
+        [[ -n ${SIZE_BYTES[$s]:-} ]] || bench_die "unknown size '$s' (known: ${!SIZE_BYTES[*]})"
+    done
+}
+
+# ---------------------------------------------------------------- setup
+
+setup() {
+    "$ROOT/scripts/ensure-packages.sh" "${PACKAGES[@]}"
+
+    OUT=$ROOT/bench/out/static-$(date +%Y%m%d-%H%M%S)
+    mkdir -p "$OUT"
+    RUNS=$OUT/runs.jsonl
+    : >"$RUNS"
+    SKIPS=$OUT/skipped.txt
+    : >"$SKIPS"
+
+    # Enough descriptors for IDLE_CONNS connections, in us and in the servers.
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+    MAXFDS=$(ulimit -n)
+    [[ $MAXFDS == unlimited ]] && MAXFDS=1048576
+    ((MAXFDS > 65536)) && MAXFDS=65536
+    ((MAXFDS >= IDLE_CONNS + 100)) ||
+        bench_die "open-file limit $MAXFDS is too low for $IDLE_CONNS idle connections (lower --idle-conns)"
+
+    # Commands are prefixed with these (never run a shell function in the
+    # background: $! would be a subshell, not the program).
+    SERVER_CPUS="" CLIENT_CPUS="" SERVER_PIN=() CLIENT_PIN=()
+    if [[ $PIN == 1 ]]; then
+        if (($(nproc) >= 2)); then
+            SERVER_CPUS=0 CLIENT_CPUS=1 SERVER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1)
+        else
+            bench_log "only $(nproc) CPU: not pinning"
+            PIN=0
+        fi
+    fi
+
+    bench_log "building the helpers (gcc -O2)"
+    gcc -O2 -pthread -o "$OUT/responder" "$ROOT/bench/minimal/responder.c"
+    gcc -O2 -o "$OUT/idleconns" "$ROOT/bench/lib/idleconns.c"
+
+    make_docroot
+    write_meta
+}
+
+# Files of exactly 1 KiB, 40 KiB and 1 MiB with deterministic content.
+make_docroot() {
+    DOCROOT=$OUT/docroot
+    mkdir -p "$DOCROOT"
+    local size
+    for size in "${!SIZE_BYTES[@]}"; do
+        head -c "${SIZE_BYTES[$size]}" \
+            < <(yes 'tern static benchmark: the same bytes every run. 0123456789abcdefghijklmnopqrstuvwxyz') \
+            >"$DOCROOT/$size.bin"
+    done
+}
+
+build_tern() {
+    TERN_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/tern
+    TERN_OK=1
+    local s want=0
+    for s in "${SERVER_LIST[@]}"; do [[ $s == tern-* ]] && want=1; done
+    ((want)) || return 0
+    if [[ $SKIP_BUILD != 1 ]]; then
+        bench_log "cargo build --release -p tern (log: $OUT/cargo-build.log)"
+        if ! (cd "$ROOT" && cargo build --release -p tern) >"$OUT/cargo-build.log" 2>&1; then
+            tail -n 15 "$OUT/cargo-build.log" >&2
+            bench_banner "cargo build --release -p tern FAILED: every tern row is SKIPPED." \
+                         "See $OUT/cargo-build.log"
+            echo "tern: cargo build failed" >>"$SKIPS"
+            TERN_OK=0
+        fi
+    fi
+    if ((TERN_OK)) && [[ ! -x $TERN_BIN ]]; then
+        bench_banner "$TERN_BIN does not exist: every tern row is SKIPPED."
+        echo "tern: no binary at $TERN_BIN" >>"$SKIPS"
+        TERN_OK=0
+    fi
+}
+
+write_meta() {
+    local meta=$OUT/meta.tsv
+    {
+        printf 'date\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        printf 'command\t%s\n' "$COMMAND_LINE"
+        printf 'git_commit\t%s\n' "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+        printf 'nproc\t%s\n' "$(nproc)"
+        printf 'kernel\t%s\n' "$(uname -r)"
+        printf 'cpu_model\t%s\n' "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+        printf 'mem_total\t%s\n' "$(awk '/^MemTotal/ {print $2 " kB"}' /proc/meminfo)"
+        printf 'nginx\t%s\n' "$(nginx -v 2>&1 | head -n1)"
+        printf 'lighttpd\t%s\n' "$(lighttpd -v 2>&1 | head -n1)"
+        printf 'h2o\t%s\n' "$(h2o --version 2>&1 | head -n1)"
+        printf 'wrk\t%s\n' "$(wrk --version 2>&1 | head -n1 | sed 's/ Copyright.*//')"
+        printf 'strace\t%s\n' "$(strace -V 2>&1 | head -n1)"
+        printf 'gcc\t%s\n' "$(gcc --version | head -n1)"
+        printf 'loadavg_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+        printf 'duration_s\t%s\n' "$DUR"
+        printf 'connections\t%s\n' "$CONNS"
+        printf 'threads\t%s\n' "$THREADS"
+        printf 'reps\t%s\n' "$REPS"
+        printf 'workers\t%s\n' "$WORKERS"
+        printf 'warmup_s\t%s\n' "$WARMUP"
+        printf 'strace_duration_s\t%s\n' "$STRACE_DUR"
+        printf 'idle_conns\t%s\n' "$IDLE_CONNS"
+        printf 'pinning\t%s\n' "$( ((PIN)) && echo "server on CPU $SERVER_CPUS, load generator on CPU $CLIENT_CPUS" || echo none)"
+        printf 'clk_tck\t%s\n' "$(getconf CLK_TCK)"
+    } >"$meta"
+}
+
+# ---------------------------------------------------------------- servers
+
+# render TEMPLATE OUTFILE MAXCONN: fill in a config template.
+render() {
+    sed -e "s|@PORT@|$PORT|g" -e "s|@WORKERS@|$WORKERS|g" -e "s|@RUNDIR@|$RUNDIR|g" \
+        -e "s|@DOCROOT@|$DOCROOT|g" -e "s|@MAXCONN@|$3|g" -e "s|@MAXFDS@|$MAXFDS|g" "$1" >"$2"
+    if grep -v '^[[:space:]]*#' "$2" | grep -q '@[A-Z]*@'; then bench_die "unfilled placeholder in $2"; fi
+}
+
+# start_server NAME PHASE: start it in $OUT/NAME-PHASE; sets SRV_PID and PORT.
+# Returns 1 (after saying why) when it does not come up.
+start_server() {
+    local name=$1 phase=$2
+    RUNDIR=$OUT/$name-$phase
+    mkdir -p "$RUNDIR"
+    PORT=$(free_port)
+    local -a cmd
+    case $name in
+        nginx)
+            # worker_connections is per worker.
+            render "$ROOT/bench/peers/nginx.conf.tmpl" "$RUNDIR/nginx.conf" $((MAXFDS / 2 < 10000 ? MAXFDS / 2 : 10000))
+            cmd=(nginx -e "$RUNDIR/error.log" -c "$RUNDIR/nginx.conf" -p "$RUNDIR/") ;;
+        lighttpd)
+            # lighttpd caps max-connections at max-fds/2, per worker process.
+            render "$ROOT/bench/peers/lighttpd.conf.tmpl" "$RUNDIR/lighttpd.conf" $((MAXFDS / 2 < 10000 ? MAXFDS / 2 : 10000))
+            cmd=(lighttpd -D -f "$RUNDIR/lighttpd.conf") ;;
+        h2o)
+            render "$ROOT/bench/peers/h2o.conf.tmpl" "$RUNDIR/h2o.conf" $((MAXFDS - 100 < 20000 ? MAXFDS - 100 : 20000))
+            cmd=(h2o -c "$RUNDIR/h2o.conf") ;;
+        minimal)
+            cmd=("$OUT/responder" -a 127.0.0.1 -p "$PORT" -t "$WORKERS" -s 1024) ;;
+        tern-*)
+            if [[ $TERN_OK != 1 ]]; then return 1; fi
+            render "$ROOT/bench/peers/tern.toml.tmpl" "$RUNDIR/tern.toml" $((MAXFDS - 100 < 20000 ? MAXFDS - 100 : 20000))
+            cmd=("$TERN_BIN" serve "$DOCROOT" --listen "127.0.0.1:$PORT" --workers "$WORKERS"
+                 --io "${name#tern-}" --access-log off --config "$RUNDIR/tern.toml") ;;
+    esac
+    printf '%q ' "${cmd[@]}" >"$RUNDIR/command.txt"
+    # Own session and process group: lighttpd signals its whole process group
+    # (kill(0, SIGTERM)) when it stops, which would otherwise include us.
+    setsid "${SERVER_PIN[@]}" "${cmd[@]}" >"$RUNDIR/stdout.log" 2>"$RUNDIR/stderr.log" </dev/null &
+    SRV_PID=$!
+    BENCH_PIDS+=("$SRV_PID")
+    local probe=/1k.bin
+    if ! wait_http "http://127.0.0.1:$PORT$probe" "$SRV_PID" 15; then
+        local why
+        why=$(tail -q -n 5 "$RUNDIR/stderr.log" "$RUNDIR/error.log" 2>/dev/null | tr '\n' ' ' | cut -c1-400)
+        stop_tree "$SRV_PID"
+        if [[ $name == tern-* ]]; then
+            bench_banner "tern ($name) did not start: its rows are SKIPPED." \
+                         "command: $(cat "$RUNDIR/command.txt")" "output: $why"
+        else
+            bench_banner "$name did not start; its rows are missing." "output: $why"
+        fi
+        echo "$name: did not start ($phase): $why" >>"$SKIPS"
+        return 1
+    fi
+    check_pinning "$name"
+    return 0
+}
+
+# Warn when a server moved some of its threads off the CPUs we gave it.
+check_pinning() {
+    [[ $PIN == 1 ]] || return 0
+    local pid st list bad=0
+    for pid in $(proc_tree "$SRV_PID"); do
+        for st in /proc/"$pid"/task/*/status; do
+            list=$(awk '/^Cpus_allowed_list/ {print $2}' "$st" 2>/dev/null) || continue
+            [[ -z $list || $list == "$SERVER_CPUS" ]] || bad=1
+        done
+    done
+    ((bad == 0)) || bench_banner "$1 runs threads outside CPU $SERVER_CPUS (it sets its own affinity):" \
+                                 "its numbers are not pinned like the others'."
+}
+
+stop_server() {
+    stop_tree "$SRV_PID"
+    forget_pid "$SRV_PID"
+}
+
+# Every file must come back whole and identical (the minimal responder only
+# answers 1 KiB and ignores what is asked). Prints the problem and returns 1.
+verify_content() {
+    local name=$1 size got
+    for size in "${SIZE_LIST[@]}"; do
+        if [[ $name == minimal ]]; then
+            [[ $size == 1k ]] || continue
+            got=$(curl -s -m 5 -o /dev/null -w '%{size_download}' "http://127.0.0.1:$PORT/$size.bin") || true
+            [[ $got == 1024 ]] || { echo "minimal responder sent ${got:-no} bytes, not 1024"; return 1; }
+            continue
+        fi
+        if ! curl -sf -m 10 -o "$RUNDIR/check-$size.bin" "http://127.0.0.1:$PORT/$size.bin"; then
+            echo "GET /$size.bin failed"; return 1
+        fi
+        if ! cmp -s "$RUNDIR/check-$size.bin" "$DOCROOT/$size.bin"; then
+            echo "/$size.bin: the body differs from the docroot file (kept as $RUNDIR/check-$size.bin)"
+            return 1
+        fi
+        rm -f "$RUNDIR/check-$size.bin"
+    done
+}
+
+# start_checked NAME PHASE: start_server, then verify_content; on a failure
+# says so loudly, records the skip and returns 1.
+start_checked() {
+    local name=$1 phase=$2 problem
+    start_server "$name" "$phase" || return 1
+    if ! problem=$(verify_content "$name"); then
+        bench_banner "$name serves wrong content: its rows are SKIPPED." "$problem"
+        echo "$name: wrong content: $problem" >>"$SKIPS"
+        stop_server
+        return 1
+    fi
+}
+
+# ---------------------------------------------------------------- measuring
+
+# Sets KIDS_MS to the user+system CPU, in milliseconds, of this shell's
+# reaped children (so wrk's, once it ended). Not in $(...): a subshell's own
+# children are not ours.
+children_cpu_ms() {
+    local tf=$OUT/.times
+    times >"$tf"
+    KIDS_MS=$(awk 'NR == 2 {
+        t = 0
+        for (i = 1; i <= 2; i++) { split($i, a, "m"); sub("s", "", a[2]); t += a[1] * 60000 + a[2] * 1000 }
+        printf "%d\n", t
+    }' "$tf")
+}
+
+# One wrk run with the server's CPU time around it; appends a JSON line.
+wrk_run() {
+    local name=$1 size=$2 rep=$3 dur=$4 conns=$5 threads=$6
+    local file=$RUNDIR/wrk-$size-$rep.txt
+    local cpu0 cpu1 busy0 busy1 kid0 kid1 t0 t1
+    children_cpu_ms; kid0=$KIDS_MS; busy0=$(system_busy_ticks); cpu0=$(tree_cpu_ticks "$SRV_PID")
+    t0=$(date +%s.%N)
+    timeout -k 5 $((dur + 30)) "${CLIENT_PIN[@]}" wrk -t"$threads" -c"$conns" -d"${dur}s" --timeout 5s --latency \
+        "http://127.0.0.1:$PORT/$size.bin" >"$file" 2>&1 || echo "wrk exited with $?" >>"$file"
+    t1=$(date +%s.%N)
+    cpu1=$(tree_cpu_ticks "$SRV_PID"); busy1=$(system_busy_ticks); children_cpu_ms; kid1=$KIDS_MS
+    kill -0 "$SRV_PID" 2>/dev/null || bench_banner "$name died during $size rep $rep (see $RUNDIR)"
+    [[ $rep == warmup ]] && return 0
+    printf '{"kind":"load","server":"%s","size":"%s","bytes":%d,"rep":%s,"duration_s":%s,"connections":%s,"threads":%s,"wrk_file":"%s","server_cpu_ticks":%d,"wall_s":%s,"system_busy_ticks":%d,"client_cpu_ms":%d}\n' \
+        "$name" "$size" "${SIZE_BYTES[$size]}" "$rep" "$dur" "$conns" "$threads" "$file" \
+        $((cpu1 - cpu0)) "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')" \
+        $((busy1 - busy0)) $((kid1 - kid0)) >>"$RUNS"
+}
+
+load_phase() {
+    local name=$1 size rep
+    for size in "${SIZE_LIST[@]}"; do
+        [[ $name == minimal && $size != 1k ]] && continue
+        bench_log "$name: $size warm-up ${WARMUP}s, then $REPS x ${DUR}s"
+        wrk_run "$name" "$size" warmup "$WARMUP" "$CONNS" "$THREADS"
+        for rep in $(seq 1 "$REPS"); do
+            wrk_run "$name" "$size" "$rep" "$DUR" "$CONNS" "$THREADS"
+            bench_log "$name: $size rep $rep: $(awk '/^Requests\/sec/ {print $2 " req/s"}' "$RUNDIR/wrk-$size-$rep.txt")"
+        done
+    done
+}
+
+# System calls per keep-alive request: strace -f -c on every thread of the
+# server while one wrk connection makes sequential requests for 1 KiB.
+strace_phase() {
+    local name=$1 sfile=$RUNDIR/strace-1k.txt wfile=$RUNDIR/wrk-strace-1k.txt
+    local -a args=()
+    local tid
+    for tid in $(tree_tids "$SRV_PID"); do args+=(-p "$tid"); done
+    strace -f -c -o "$sfile" "${args[@]}" 2>"$RUNDIR/strace.err" &
+    local spid=$!
+    BENCH_PIDS+=("$spid")
+    # Wait until strace has attached to every thread.
+    local n=$((${#args[@]} / 2))
+    local attached
+    for _ in $(seq 1 100); do
+        attached=$(grep -c 'attached' "$RUNDIR/strace.err" 2>/dev/null) || true
+        ((${attached:-0} >= n)) && break
+        sleep 0.05
+    done
+    sleep 0.3
+    timeout -k 5 $((STRACE_DUR + 30)) "${CLIENT_PIN[@]}" wrk -t1 -c1 -d"${STRACE_DUR}s" --timeout 5s \
+        "http://127.0.0.1:$PORT/1k.bin" >"$wfile" 2>&1 || echo "wrk exited with $?" >>"$wfile"
+    sleep 0.2
+    kill -INT "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+    forget_pid "$spid"
+    printf '{"kind":"strace","server":"%s","strace_file":"%s","wrk_file":"%s","threads_traced":%d,"method":"strace -f -c on all server threads; wrk -t1 -c1 -d%ss; calls / requests wrk completed"}\n' \
+        "$name" "$sfile" "$wfile" "$n" "$STRACE_DUR" >>"$RUNS"
+}
+
+# Idle RSS (after start + one request per size) and RSS with IDLE_CONNS idle
+# keep-alive connections that each made one request.
+rss_phase() {
+    local name=$1 idle conns cfile=$RUNDIR/idleconns.txt
+    local -a I C R O
+    sleep 0.5
+    idle=$(tree_mem_kib "$SRV_PID")
+    "${CLIENT_PIN[@]}" "$OUT/idleconns" -a 127.0.0.1 -p "$PORT" -n "$IDLE_CONNS" -u /1k.bin -H 60 \
+        >"$cfile" 2>"$RUNDIR/idleconns.err" &
+    local cpid=$!
+    BENCH_PIDS+=("$cpid")
+    for _ in $(seq 1 600); do
+        grep -q '^ready' "$cfile" 2>/dev/null && break
+        kill -0 "$cpid" 2>/dev/null || break
+        sleep 0.1
+    done
+    sleep 1
+    conns=$(tree_mem_kib "$SRV_PID")
+    kill -USR1 "$cpid" 2>/dev/null || true
+    wait "$cpid" 2>/dev/null || true
+    forget_pid "$cpid"
+    local ready open
+    ready=$(awk '/^ready/ {print $2, $3}' "$cfile"); ready=${ready:-0 $IDLE_CONNS}
+    open=$(awk '/^open/ {print $2, $3}' "$cfile"); open=${open:-0 0}
+    [[ -s $RUNDIR/idleconns.err ]] && bench_log "$name idle connections: $(head -n1 "$RUNDIR/idleconns.err")"
+    read -r -a I <<<"$idle"; read -r -a C <<<"$conns"; read -r -a R <<<"$ready"; read -r -a O <<<"$open"
+    printf '{"kind":"rss","server":"%s","idle_rss_kib":%d,"idle_pss_kib":%d,"procs":%d,"conns_wanted":%d,"conns_opened":%d,"conns_failed":%d,"conns_still_open":%d,"conns_closed_by_server":%d,"conns_rss_kib":%d,"conns_pss_kib":%d}\n' \
+        "$name" "${I[0]}" "${I[1]}" "${I[2]}" "$IDLE_CONNS" "${R[0]}" "${R[1]}" "${O[0]}" "${O[1]}" "${C[0]}" "${C[1]}" >>"$RUNS"
+}
+
+bench_server() {
+    local name=$1
+    bench_log "=== $name"
+    if [[ $NO_RSS != 1 ]]; then
+        start_checked "$name" mem || return 0
+        rss_phase "$name"
+        stop_server
+    fi
+    start_checked "$name" load || return 0
+    load_phase "$name"
+    [[ $NO_STRACE == 1 ]] || strace_phase "$name"
+    stop_server
+}
+
+main() {
+    COMMAND_LINE="bench/static.sh${*:+ $*}"
+    parse_args "$@"
+    trap stop_all EXIT
+    trap 'bench_log "failed (status $?) at line $LINENO: $BASH_COMMAND"' ERR
+    trap 'bench_log "interrupted by a signal; stopping the servers"; exit 130' INT TERM
+    setup
+    build_tern
+    local start=$SECONDS name
+    for name in "${SERVER_LIST[@]}"; do bench_server "$name"; done
+    printf 'loadavg_end\t%s\nelapsed_s\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" $((SECONDS - start)) >>"$OUT/meta.tsv"
+    python3 "$ROOT/bench/lib/static_report.py" "$OUT" | tee "$OUT/report.txt"
+    cp "$OUT/results.json" "$ROOT/bench/out/static-latest.json"
+    if [[ -s $SKIPS ]]; then
+        bench_banner "Some rows were SKIPPED:" "$(cat "$SKIPS")"
+    fi
+    bench_log "raw data and results.json in $OUT"
+}
+
+main "$@"
