@@ -25,6 +25,7 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub log: Log,
     pub status: Status,
+    pub cgi: Cgi,
 }
 
 /// `[server]`: where and how to listen.
@@ -277,6 +278,51 @@ pub enum Level {
     Debug,
 }
 
+/// `[cgi]`: programs run per request (RFC 3875).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cgi {
+    /// URL path prefixes whose files are CGI programs, e.g. `["/cgi-bin"]`.
+    /// Default `["/cgi-bin"]`.
+    pub directories: Vec<String>,
+    /// File extensions run as CGI anywhere under the root, e.g. `[".cgi"]`.
+    /// Default `[".cgi"]`.
+    pub extensions: Vec<String>,
+    /// Interpreter per extension: `{ py = "/usr/bin/python3" }`. A program
+    /// without one is executed directly and must be executable.
+    /// Default: `.py` → python3, `.pl` → perl, `.sh` → sh, `.php` → php-cgi.
+    pub interpreters: BTreeMap<String, String>,
+    /// Wall-clock limit per request; past it the program's process group is
+    /// killed and the client gets `504` (or, mid-body, a closed
+    /// connection). Default `"30s"`.
+    pub timeout: Seconds,
+    /// Programs running at once across all workers; a request past the cap
+    /// is answered `503` at once (with `Retry-After: 1`), never queued.
+    /// Default 64.
+    pub max_processes: usize,
+    /// Environment variables passed through from tern's own environment.
+    /// Default `["PATH", "LANG", "LC_ALL", "TZ"]`.
+    pub pass_env: Vec<String>,
+    /// Bytes read from a program's output per read. Default `"64KiB"`.
+    pub pipe_buffer: Bytes,
+}
+
+impl Default for Cgi {
+    fn default() -> Self {
+        let interpreters =
+            [("py", "/usr/bin/python3"), ("pl", "/usr/bin/perl"), ("sh", "/bin/sh"), ("php", "/usr/bin/php-cgi")];
+        Cgi {
+            directories: vec!["/cgi-bin".into()],
+            extensions: vec![".cgi".into()],
+            interpreters: interpreters.iter().map(|(e, i)| ((*e).to_string(), (*i).to_string())).collect(),
+            timeout: Seconds(Duration::from_secs(30)),
+            max_processes: 64,
+            pass_env: ["PATH", "LANG", "LC_ALL", "TZ"].iter().map(|s| (*s).to_string()).collect(),
+            pipe_buffer: Bytes(64 * 1024),
+        }
+    }
+}
+
 /// `[status]`: the internal JSON status page and Prometheus metrics.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -496,6 +542,14 @@ impl Config {
                 "must be at least limits.max_request_line",
             ),
             (self.limits.max_ranges == 0, "limits", "max_ranges", "must be at least 1"),
+            (self.cgi.max_processes == 0, "cgi", "max_processes", "must be at least 1"),
+            (self.cgi.pipe_buffer.0 == 0, "cgi", "pipe_buffer", "must be at least 1 byte"),
+            (
+                self.cgi.directories.iter().any(|d| !d.starts_with('/')),
+                "cgi",
+                "directories",
+                "each must be a URL path starting with /",
+            ),
         ];
         rules.into_iter().find(|r| r.0).map(|(_, section, key, message)| (section, key, message))
     }

@@ -22,8 +22,10 @@ use crate::access_log::Entry;
 use crate::body::{Flushed, OutQueue};
 use crate::config::Level;
 use crate::metrics::TimeoutKind;
-use crate::reply::Reply;
+use crate::reply::{Params, Reply};
 use crate::request_body::{BodyError, BodyReader};
+use crate::site::cgi::{self, Pump};
+use crate::site::{Answer, Peers};
 use crate::sys;
 use crate::worker::Worker;
 
@@ -42,6 +44,8 @@ enum Phase {
     Send,
     /// Reading (and checking) a request body before answering.
     Body,
+    /// Relaying a backend's (CGI program's) output as the response.
+    Backend,
     /// After a final answer: output shut down, input drained until the
     /// peer closes, so a reset cannot destroy the answer in flight.
     Linger,
@@ -54,6 +58,7 @@ enum Clock {
     Header,
     Body,
     Send,
+    Backend,
     Linger,
 }
 
@@ -75,9 +80,26 @@ enum Fill {
     Failed,
 }
 
+/// A request being answered by a backend, with what its log line needs
+/// (the request buffer is gone by the time the answer ends).
+struct Backend {
+    running: cgi::Running,
+    request_line: String,
+    referer: Option<Vec<u8>>,
+    user_agent: Option<Vec<u8>>,
+    host: String,
+    head_only: bool,
+    http10: bool,
+}
+
+/// Local redirects (RFC 3875 §6.2.2) followed for one request.
+const MAX_LOCAL_REDIRECTS: u8 = 10;
+
 pub struct Conn {
+    /// This connection's key in its engine (tokens for its descriptors).
+    key: usize,
     sock: TcpStream,
-    peer: SocketAddr,
+    peers: Peers,
     rbuf: Vec<u8>,
     /// Start of the unprocessed part of `rbuf`.
     rpos: usize,
@@ -95,18 +117,24 @@ pub struct Conn {
     /// The body being read, and the length of its head (kept in `rbuf`
     /// at `rpos` until the body is complete).
     body: Option<(BodyReader, usize)>,
+    /// The request body read so far (handed to the site with its request).
+    body_buf: Vec<u8>,
+    backend: Option<Box<Backend>>,
+    redirects: u8,
     timer: Timer,
 }
 
 impl Conn {
-    pub fn new(sock: TcpStream, peer: SocketAddr, w: &Worker<'_>) -> Conn {
+    pub fn new(key: usize, sock: TcpStream, peer: SocketAddr, w: &Worker<'_>) -> Conn {
         // Responses leave in whole writes; Nagle would only add latency to
         // a head sent ahead of a sendfile body.
         let _ = sock.set_nodelay(true);
+        let local = sock.local_addr().unwrap_or(peer);
         let st = &w.shared.config.static_files;
         Conn {
+            key,
             sock,
-            peer,
+            peers: Peers { peer, local },
             rbuf: Vec::new(),
             rpos: 0,
             out: OutQueue::new(st.io, st.read_chunk.usize()),
@@ -118,6 +146,9 @@ impl Conn {
             keep_alive: true,
             requests: 0,
             body: None,
+            body_buf: Vec::new(),
+            backend: None,
+            redirects: 0,
             timer: Timer { clock: Clock::Header, start: w.now, bytes: 0 },
         }
     }
@@ -127,11 +158,33 @@ impl Conn {
     }
 
     /// The socket may have become readable and/or writable; `read_closed`
-    /// when the peer has shut down its side.
-    pub fn on_ready(&mut self, w: &mut Worker<'_>, readable: bool, writable: bool, read_closed: bool) -> Status {
+    /// when the peer has shut down its side, `hangup` when the connection
+    /// is gone both ways (reset).
+    pub fn on_ready(
+        &mut self,
+        w: &mut Worker<'_>,
+        readable: bool,
+        writable: bool,
+        read_closed: bool,
+        hangup: bool,
+    ) -> Status {
         self.may_read |= readable || read_closed;
         self.eof_pending |= read_closed;
         self.may_write |= writable;
+        if hangup && self.backend.is_some() {
+            // The client is gone: the program's work is abandoned. (A mere
+            // half-close is not an abort: the client may still read.)
+            self.abort_backend(w);
+            return Status::Closed;
+        }
+        self.drive(w)
+    }
+
+    /// The backend's output may have become readable (or closed).
+    pub fn on_backend_ready(&mut self, w: &mut Worker<'_>, readable: bool, closed: bool) -> Status {
+        if let Some(b) = self.backend.as_mut() {
+            b.running.on_ready(readable, closed);
+        }
         self.drive(w)
     }
 
@@ -160,7 +213,7 @@ impl Conn {
                             return Status::Open;
                         }
                         Err(err) => {
-                            crate::log!(Level::Debug, "{}: send failed: {err}", self.peer);
+                            crate::log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
                             return Status::Closed;
                         }
                     }
@@ -212,8 +265,146 @@ impl Conn {
                         Fill::Failed => return Status::Closed,
                     }
                 }
+                Phase::Backend => {
+                    if !self.out.is_empty() {
+                        if !self.may_write {
+                            return Status::Open;
+                        }
+                        let before = self.out.written;
+                        let result = self.out.flush(self.sock.as_fd());
+                        self.timer.bytes += self.out.written - before;
+                        match result {
+                            Ok(Flushed::All) => {}
+                            Ok(Flushed::Blocked) => {
+                                self.may_write = false;
+                                return Status::Open;
+                            }
+                            Err(err) => {
+                                crate::log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
+                                self.abort_backend(w);
+                                return Status::Closed;
+                            }
+                        }
+                    }
+                    if let Some(status) = self.pump(w) {
+                        return status;
+                    }
+                }
                 Phase::Linger => return self.linger(w),
             }
+        }
+    }
+
+    /// Relays the backend's output into the output queue. Returns a status
+    /// to return, or `None` to keep driving.
+    fn pump(&mut self, w: &mut Worker<'_>) -> Option<Status> {
+        let shared = w.shared;
+        let b = self.backend.as_mut().expect("backend phase without a backend");
+        let params = Params {
+            date: w.date.http(),
+            server: &shared.config.server.server_header,
+            head_only: b.head_only,
+            http10: b.http10,
+            keep_alive: self.keep_alive,
+        };
+        match b.running.pump(&mut self.out, &params, shared.site.cgi.pipe_buffer) {
+            Pump::Wait => Some(Status::Open),
+            Pump::Progress => None,
+            Pump::Done { keep_alive } => {
+                self.keep_alive &= keep_alive;
+                let b = self.end_backend(w);
+                self.log_backend(w, &b, b.running.status, b.running.body_bytes);
+                self.phase = Phase::Send;
+                self.set_clock(Clock::Send, w.now);
+                None
+            }
+            Pump::Fail(status) => {
+                let b = self.end_backend(w);
+                cgi::kill(b.running.pid());
+                w.stats.cgi_failed.incr();
+                self.backend_error(w, &b, status);
+                None
+            }
+            Pump::Redirect(location) => {
+                let b = self.end_backend(w);
+                cgi::kill(b.running.pid());
+                self.local_redirect(w, &b, &location);
+                None
+            }
+        }
+    }
+
+    /// Detaches the backend; its process is reaped without blocking.
+    fn end_backend(&mut self, w: &mut Worker<'_>) -> Box<Backend> {
+        let b = self.backend.take().expect("a backend to end");
+        w.reaper.collect(b.running.pid(), w.now, &w.shared.cgi_running);
+        b
+    }
+
+    /// Kills the backend's process group (timeout, client gone).
+    fn abort_backend(&mut self, w: &mut Worker<'_>) {
+        if let Some(b) = self.backend.take() {
+            cgi::kill(b.running.pid());
+            w.reaper.collect(b.running.pid(), w.now, &w.shared.cgi_running);
+        }
+    }
+
+    /// Answers `status` for a backend that failed before its head was sent.
+    fn backend_error(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16) {
+        self.out.clear();
+        let params = Params {
+            date: w.date.http(),
+            server: &w.shared.config.server.server_header,
+            head_only: b.head_only,
+            http10: b.http10,
+            keep_alive: self.keep_alive,
+        };
+        let mut reply = Reply::with(&mut self.out, &params);
+        reply.error(status);
+        reply.finish();
+        let body_len = reply.body_len;
+        self.log_backend(w, b, status, body_len);
+        self.phase = Phase::Send;
+        self.set_clock(Clock::Send, w.now);
+    }
+
+    fn log_backend(&self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
+        w.stats.status(status);
+        w.log.record(&Entry {
+            client: self.peers.peer.ip(),
+            time: w.date.clf(),
+            request_line: b.request_line.as_bytes(),
+            status,
+            bytes,
+            referer: b.referer.as_deref(),
+            user_agent: b.user_agent.as_deref(),
+        });
+    }
+
+    /// Answers `GET location` in place of the program's response.
+    fn local_redirect(&mut self, w: &mut Worker<'_>, b: &Backend, location: &[u8]) {
+        self.redirects += 1;
+        if self.redirects > MAX_LOCAL_REDIRECTS {
+            crate::log!(Level::Warn, "{}: more than {MAX_LOCAL_REDIRECTS} local redirects", self.peers.peer);
+            return self.backend_error(w, b, 500);
+        }
+        let mut raw = Vec::with_capacity(location.len() + b.host.len() + 64);
+        raw.extend_from_slice(b"GET ");
+        raw.extend_from_slice(location);
+        raw.extend_from_slice(if b.http10 { b" HTTP/1.0\r\nHost: " } else { b" HTTP/1.1\r\nHost: " });
+        raw.extend_from_slice(b.host.as_bytes());
+        raw.extend_from_slice(match (self.keep_alive, b.http10) {
+            (false, _) => b"\r\nConnection: close\r\n\r\n".as_slice(),
+            (true, true) => b"\r\nConnection: keep-alive\r\n\r\n",
+            (true, false) => b"\r\n\r\n",
+        });
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        match parse_head(&raw, &w.shared.http_limits, &mut fields) {
+            Ok(Head::Complete(req)) => {
+                self.body_buf.clear();
+                self.answer(w, &req, true);
+            }
+            _ => self.backend_error(w, b, 502),
         }
     }
 
@@ -226,6 +417,7 @@ impl Conn {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let result = match parse_head(&rbuf[self.rpos..], &w.shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
+                self.redirects = 0;
                 let max = w.shared.config.limits.max_body_bytes.0;
                 match BodyReader::new(req.framing, max) {
                     // The body is read (and its framing checked) before the
@@ -248,7 +440,7 @@ impl Conn {
             }
             Ok(Head::Partial { .. }) => Some(false),
             Err(err) => {
-                crate::log!(Level::Info, "{}: bad request: {}", self.peer, err.reason());
+                crate::log!(Level::Info, "{}: bad request: {}", self.peers.peer, err.reason());
                 w.stats.requests.incr();
                 let line = first_line(&rbuf[self.rpos..]);
                 self.rpos = rbuf.len();
@@ -274,7 +466,8 @@ impl Conn {
         if start == self.rbuf.len() {
             return Some(false);
         }
-        match reader.feed(&self.rbuf[start..], |_| {}) {
+        let collected = &mut self.body_buf;
+        match reader.feed(&self.rbuf[start..], |data| collected.extend_from_slice(data)) {
             Ok((n, done)) => {
                 self.rbuf.drain(start..start + n);
                 if !done {
@@ -284,7 +477,7 @@ impl Conn {
             Err(err) => {
                 let status = match err {
                     BodyError::Framing(why) => {
-                        crate::log!(Level::Info, "{}: bad request body: {why}", self.peer);
+                        crate::log!(Level::Info, "{}: bad request body: {why}", self.peers.peer);
                         400
                     }
                     BodyError::TooLarge => 413,
@@ -310,6 +503,7 @@ impl Conn {
             _ => None,
         };
         self.rbuf = rbuf;
+        self.body_buf.clear();
         answered
     }
 
@@ -340,10 +534,15 @@ impl Conn {
             req.version == Version::Http10,
             keep_alive,
         );
-        if too_large {
+        let answer = if too_large {
             reply.error(413);
+            Answer::Done
         } else {
-            w.shared.site.respond(req, self.peer, &mut reply, w);
+            w.shared.site.respond(req, &self.body_buf, self.peers, &mut reply, w)
+        };
+        if let Answer::Backend(running) = answer {
+            self.keep_alive = reply.keep_alive;
+            return self.start_backend(w, req, running);
         }
         reply.finish();
         let (status, body_len, queued) = (reply.status, reply.body_len, reply.queued);
@@ -352,7 +551,7 @@ impl Conn {
         w.stats.status(status);
         w.stats.bytes_out.add(queued);
         w.log.record(&Entry {
-            client: self.peer.ip(),
+            client: self.peers.peer.ip(),
             time: w.date.clf(),
             request_line: req.request_line.as_bytes(),
             status,
@@ -361,6 +560,26 @@ impl Conn {
             user_agent: req.fields.user_agent,
         });
         self.after_answer(w);
+    }
+
+    /// Hands the rest of the answer to a started backend.
+    fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, running: cgi::Running) {
+        w.stats.requests.incr();
+        if let Err(err) = w.watcher.watch(self.key, running.stdout()) {
+            crate::log!(Level::Error, "cannot watch a CGI program's output: {err}");
+        }
+        let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
+        self.backend = Some(Box::new(Backend {
+            running,
+            request_line: req.request_line.to_string(),
+            referer: owned(req.fields.referer),
+            user_agent: owned(req.fields.user_agent),
+            host: req.host.unwrap_or("localhost").to_string(),
+            head_only: req.method == Method::Head,
+            http10: req.version == Version::Http10,
+        }));
+        self.phase = Phase::Backend;
+        self.set_clock(Clock::Backend, w.now);
     }
 
     /// Answers a request that could not be parsed (or timed out) and
@@ -376,7 +595,7 @@ impl Conn {
         w.stats.status(status);
         w.stats.bytes_out.add(reply.queued);
         w.log.record(&Entry {
-            client: self.peer.ip(),
+            client: self.peers.peer.ip(),
             time: w.date.clf(),
             request_line: line,
             status,
@@ -531,21 +750,36 @@ impl Conn {
             Clock::Header => (t.header.0, t.header_min_rate),
             Clock::Body => (t.body.0, t.body_min_rate),
             Clock::Send => (t.send.0, t.send_min_rate),
+            Clock::Backend => (w.shared.site.cgi.timeout, 0),
             Clock::Linger => (t.linger.0, 0),
         };
         let earned = Duration::from_secs(self.timer.bytes.checked_div(min_rate).unwrap_or(0));
         if w.now.saturating_duration_since(self.timer.start) <= base + earned {
             return Status::Open;
         }
+        if self.timer.clock == Clock::Backend {
+            w.stats.cgi_timeouts.incr();
+            crate::log!(Level::Warn, "{}: CGI program killed at cgi.timeout", self.peers.peer);
+            let b = self.end_backend(w);
+            cgi::kill(b.running.pid());
+            if b.running.head_sent() {
+                // Part of the response is out: only closing can say it is
+                // incomplete.
+                return Status::Closed;
+            }
+            self.keep_alive = false;
+            self.backend_error(w, &b, 504);
+            return self.drive(w);
+        }
         let kind = match self.timer.clock {
             Clock::Idle => TimeoutKind::Idle,
             Clock::Header => TimeoutKind::Header,
             Clock::Body => TimeoutKind::Body,
-            Clock::Send | Clock::Linger => TimeoutKind::Send,
+            Clock::Send | Clock::Linger | Clock::Backend => TimeoutKind::Send,
         };
         if self.timer.clock != Clock::Linger {
             w.stats.timeout(kind);
-            crate::log!(Level::Info, "{}: {kind:?} timeout", self.peer);
+            crate::log!(Level::Info, "{}: {kind:?} timeout", self.peers.peer);
         }
         let partial_head = self.timer.clock == Clock::Header && self.rpos < self.rbuf.len();
         if partial_head || self.timer.clock == Clock::Body {
@@ -570,8 +804,10 @@ impl Conn {
         self.drive(w)
     }
 
-    /// Returns the connection's buffers to the pool before it is dropped.
+    /// Returns the connection's buffers to the pool (and abandons any
+    /// backend) before it is dropped.
     pub fn recycle(mut self, w: &mut Worker<'_>) {
+        self.abort_backend(w);
         w.pool.give(std::mem::take(&mut self.rbuf));
         self.out.clear();
         let (buf, _) = self.out.release();

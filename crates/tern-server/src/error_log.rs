@@ -29,6 +29,16 @@ pub fn init(spec: &str, level: Level) -> io::Result<()> {
     Ok(())
 }
 
+/// A child process's standard error: the error log itself, so a CGI
+/// program's messages land there without passing through the server.
+pub fn for_child() -> std::process::Stdio {
+    let file = LOG.get().and_then(|log| log.out.lock().ok().and_then(|f| f.try_clone().ok()));
+    match file {
+        Some(f) => std::process::Stdio::from(f),
+        None => std::process::Stdio::inherit(),
+    }
+}
+
 /// Would a message at `level` be written?
 pub fn enabled(level: Level) -> bool {
     LOG.get().is_some_and(|l| level <= l.level)

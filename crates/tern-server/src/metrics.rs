@@ -56,6 +56,13 @@ pub struct WorkerStats {
     pub open_file_misses: Counter,
     /// Entries in this worker's open-file table (gauge).
     pub open_files: Counter,
+    pub cgi_started: Counter,
+    /// Refused with `503` at `cgi.max_processes`.
+    pub cgi_rejected: Counter,
+    /// Answered `502`: no valid response from the program.
+    pub cgi_failed: Counter,
+    /// Killed at `cgi.timeout`.
+    pub cgi_timeouts: Counter,
 }
 
 impl WorkerStats {
@@ -83,6 +90,10 @@ pub struct Totals {
     pub open_file_hits: u64,
     pub open_file_misses: u64,
     pub open_files: u64,
+    pub cgi_started: u64,
+    pub cgi_rejected: u64,
+    pub cgi_failed: u64,
+    pub cgi_timeouts: u64,
 }
 
 impl Totals {
@@ -103,6 +114,10 @@ impl Totals {
             t.open_file_hits += w.open_file_hits.get();
             t.open_file_misses += w.open_file_misses.get();
             t.open_files += w.open_files.get();
+            t.cgi_started += w.cgi_started.get();
+            t.cgi_rejected += w.cgi_rejected.get();
+            t.cgi_failed += w.cgi_failed.get();
+            t.cgi_timeouts += w.cgi_timeouts.get();
         }
         t
     }

@@ -11,6 +11,27 @@ use tern_http::response;
 use crate::body::OutQueue;
 use crate::site::open_files::OpenFile;
 
+/// How a response body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    Length(u64),
+    /// `Transfer-Encoding: chunked` (HTTP/1.1 only).
+    Chunked,
+    /// Until the connection closes.
+    Close,
+}
+
+/// What shapes every response on a connection, for code that builds a
+/// response later than the request (a CGI program's output).
+#[derive(Clone, Copy)]
+pub struct Params<'a> {
+    pub date: &'a [u8; 29],
+    pub server: &'a str,
+    pub head_only: bool,
+    pub http10: bool,
+    pub keep_alive: bool,
+}
+
 pub struct Reply<'q> {
     out: &'q mut OutQueue,
     date: [u8; 29],
@@ -37,6 +58,10 @@ impl<'q> Reply<'q> {
         keep_alive: bool,
     ) -> Self {
         Reply { out, date: *date, server, head_only, http10, keep_alive, status: 0, body_len: 0, queued: 0 }
+    }
+
+    pub fn with(out: &'q mut OutQueue, p: &Params<'q>) -> Self {
+        Reply::new(out, p.date, p.server, p.head_only, p.http10, p.keep_alive)
     }
 
     /// Starts the head: status line, `Server`, `Date`.
@@ -73,6 +98,38 @@ impl<'q> Reply<'q> {
             response::header_u64(buf, "Content-Length", content_length);
             self.body_len = content_length;
         }
+        if !self.keep_alive {
+            buf.extend_from_slice(b"Connection: close\r\n");
+        } else if self.http10 {
+            buf.extend_from_slice(b"Connection: keep-alive\r\n");
+        }
+        buf.extend_from_slice(b"\r\n");
+    }
+
+    /// Ends the head of a response whose length may be unknown; returns the
+    /// framing used (chunked needs HTTP/1.1; close-delimited ends the
+    /// connection).
+    pub fn end_head_framed(&mut self, framing: Framing) -> Framing {
+        match framing {
+            Framing::Length(n) => {
+                self.end_head(n);
+                framing
+            }
+            Framing::Chunked if !self.http10 => {
+                self.out.buf.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                self.end_head_unsized();
+                Framing::Chunked
+            }
+            Framing::Chunked | Framing::Close => {
+                self.keep_alive = false;
+                self.end_head_unsized();
+                Framing::Close
+            }
+        }
+    }
+
+    fn end_head_unsized(&mut self) {
+        let buf = &mut self.out.buf;
         if !self.keep_alive {
             buf.extend_from_slice(b"Connection: close\r\n");
         } else if self.http10 {
@@ -122,7 +179,7 @@ impl<'q> Reply<'q> {
     }
 
     /// Ends the head with the status's small HTML page as body.
-    fn page(&mut self, status: u16) {
+    pub fn page(&mut self, status: u16) {
         self.header("Content-Type", b"text/html; charset=utf-8");
         self.end_head(response::error_page_len(status) as u64);
         if !self.head_only {

@@ -23,6 +23,8 @@ pub struct Shared {
     pub stats: Box<[WorkerStats]>,
     /// Open connections across workers (for `max_connections`).
     pub connections: AtomicUsize,
+    /// CGI programs running across workers (for `cgi.max_processes`).
+    pub cgi_running: AtomicUsize,
     pub shutting_down: AtomicBool,
     pub started: Instant,
     pub access: AccessTarget,
@@ -87,6 +89,7 @@ impl Server {
             http_limits,
             site,
             connections: AtomicUsize::new(0),
+            cgi_running: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
             access,

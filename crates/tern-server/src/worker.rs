@@ -2,6 +2,8 @@
 //! the clock reading, the date cache, the open-file table, the access-log
 //! buffer, scratch buffers and a pool of I/O buffers.
 
+use std::io;
+use std::os::fd::BorrowedFd;
 use std::time::{Instant, SystemTime};
 
 use tern_http::date::DateCache;
@@ -9,7 +11,15 @@ use tern_http::date::DateCache;
 use crate::access_log::AccessLog;
 use crate::metrics::WorkerStats;
 use crate::server::Shared;
+use crate::site::cgi::Reaper;
 use crate::site::open_files::OpenFileTable;
+
+/// How connection code asks its engine to watch a backend's descriptor (a
+/// CGI program's output) on behalf of connection `conn`. Closing the
+/// descriptor stops the watch.
+pub trait Watcher {
+    fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()>;
+}
 
 /// Size of a pooled receive or send buffer: a typical request head, or a
 /// response head with a small body, fits.
@@ -49,10 +59,12 @@ pub struct Worker<'s> {
     pub path: Vec<u8>,
     /// Scratch for handlers (index paths, multipart heads).
     pub scratch: Vec<u8>,
+    pub watcher: Box<dyn Watcher>,
+    pub reaper: Reaper,
 }
 
 impl<'s> Worker<'s> {
-    pub fn new(shared: &'s Shared, index: usize) -> Worker<'s> {
+    pub fn new(shared: &'s Shared, index: usize, watcher: Box<dyn Watcher>) -> Worker<'s> {
         let config = &shared.config;
         Worker {
             shared,
@@ -64,6 +76,8 @@ impl<'s> Worker<'s> {
             pool: BufPool::default(),
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
+            watcher,
+            reaper: Reaper::default(),
         }
     }
 

@@ -114,7 +114,9 @@ fn status_and_metrics_report_what_happened() {
     assert!(text.contains("# TYPE tern_requests_total counter\ntern_requests_total 7\n"), "{text}");
     assert!(text.contains("tern_responses_total{class=\"2xx\"} 6\n"), "{text}");
     assert!(text.contains("tern_responses_total{class=\"4xx\"} 1\n"), "{text}");
-    assert!(text.contains("tern_connections_active 1\n"), "{text}");
+    // This connection at least; others may still be closing on the other worker.
+    let active = text.lines().find_map(|l| l.strip_prefix("tern_connections_active ")).unwrap();
+    assert!(active.parse::<u64>().unwrap() >= 1, "{text}");
 
     let closed = Tern::start(&site.root, "mmap", "[status]\nallow = [\"10.0.0.0/8\"]\n", &[]);
     assert_eq!(get(closed.addr, "/_tern/status", "").status, 403);

@@ -8,7 +8,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
@@ -22,8 +22,10 @@ use slab::Slab;
 use crate::config::Level;
 use crate::conn::{Conn, Status};
 use crate::server::Shared;
-use crate::worker::Worker;
+use crate::worker::{Watcher, Worker};
 
+/// Connection `k` has token `2k` for its socket and `2k + 1` for its
+/// backend's output (a CGI pipe).
 const WAKE: Token = Token(usize::MAX);
 /// Listener `i` has token `LISTENER_BASE - i`.
 const LISTENER_BASE: usize = usize::MAX - 1;
@@ -55,8 +57,15 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             return;
         }
     };
+    let registry = match poll.registry().try_clone() {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
     let _ = ready.send(Ok(waker));
-    let mut w = Worker::new(shared, index);
+    let mut w = Worker::new(shared, index, Box::new(EpollWatcher(registry)));
     let mut conns: Slab<Conn> = Slab::with_capacity(1024);
     let mut events = Events::with_capacity(1024);
     let mut next_tick = w.now + TICK;
@@ -77,12 +86,18 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                 Token(t) if t > LISTENER_BASE - listeners.len() && shutdown_deadline.is_none() => {
                     accept(&mut w, &poll, &listeners[LISTENER_BASE - t], &mut conns);
                 }
-                Token(key) => {
+                Token(t) => {
+                    let key = t / 2;
                     let readable = event.is_readable() || event.is_error();
                     let read_closed = event.is_read_closed();
                     let writable = event.is_writable() || event.is_write_closed() || event.is_error();
+                    let hangup = event.is_error() || (read_closed && event.is_write_closed());
                     if let Some(conn) = conns.get_mut(key) {
-                        let status = guarded(&mut w, conn, |c, w| c.on_ready(w, readable, writable, read_closed));
+                        let status = if t % 2 == 1 {
+                            guarded(&mut w, conn, |c, w| c.on_backend_ready(w, readable, read_closed))
+                        } else {
+                            guarded(&mut w, conn, |c, w| c.on_ready(w, readable, writable, read_closed, hangup))
+                        };
                         if status == Status::Closed {
                             close(&mut w, &mut conns, key);
                         }
@@ -113,6 +128,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                     close(&mut w, &mut conns, key);
                 }
             }
+            w.reaper.tick(w.now, &shared.cgi_running);
             w.log.flush();
         }
         if let Some(deadline) = shutdown_deadline {
@@ -125,7 +141,18 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     for key in keys {
         close(&mut w, &mut conns, key);
     }
+    w.reaper.kill_all(&shared.cgi_running);
     w.log.flush();
+}
+
+/// Backend descriptors join the worker's epoll set next to its sockets.
+struct EpollWatcher(mio::Registry);
+
+impl Watcher for EpollWatcher {
+    fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let raw = fd.as_raw_fd();
+        self.0.register(&mut SourceFd(&raw), Token(conn * 2 + 1), Interest::READABLE)
+    }
 }
 
 /// Runs connection code; a panic closes that connection instead of the
@@ -163,11 +190,13 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
             continue;
         }
         let entry = conns.vacant_entry();
-        let conn = Conn::new(stream, peer, w);
+        let conn = Conn::new(entry.key(), stream, peer, w);
         let fd = conn.fd();
-        if let Err(e) =
-            poll.registry().register(&mut SourceFd(&fd), Token(entry.key()), Interest::READABLE | Interest::WRITABLE)
-        {
+        if let Err(e) = poll.registry().register(
+            &mut SourceFd(&fd),
+            Token(entry.key() * 2),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
             crate::log!(Level::Error, "cannot register connection: {e}");
             shared.connections.fetch_sub(1, Ordering::Relaxed);
             continue;

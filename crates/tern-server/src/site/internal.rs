@@ -50,6 +50,13 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
                 "1xx": t.status[0], "2xx": t.status[1], "3xx": t.status[2], "4xx": t.status[3], "5xx": t.status[4],
             },
             "bytes_sent": t.bytes_out,
+            "cgi": {
+                "running": shared.cgi_running.load(Relaxed),
+                "started": t.cgi_started,
+                "rejected": t.cgi_rejected,
+                "failed": t.cgi_failed,
+                "timeouts": t.cgi_timeouts,
+            },
             "timeouts": {
                 "idle": t.timeouts[0], "header": t.timeouts[1], "body": t.timeouts[2], "send": t.timeouts[3],
             },
@@ -70,7 +77,7 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
         reply.body(&text);
         return;
     }
-    let text = prometheus(&t, uptime, shared.stats.len());
+    let text = prometheus(&t, uptime, shared.stats.len(), shared.cgi_running.load(Relaxed) as u64);
     reply.head(200);
     reply.header("Content-Type", b"text/plain; version=0.0.4; charset=utf-8");
     reply.header("Cache-Control", b"no-store");
@@ -80,7 +87,7 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
     }
 }
 
-fn prometheus(t: &Totals, uptime: u64, workers: usize) -> String {
+fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> String {
     let mut s = String::with_capacity(2048);
     let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
         let _ = writeln!(s, "# HELP tern_{name} {help}\n# TYPE tern_{name} {kind}");
@@ -104,5 +111,10 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize) -> String {
     metric("open_file_cache_hits_total", "counter", "Open-file table hits.", &[("", t.open_file_hits)]);
     metric("open_file_cache_misses_total", "counter", "Open-file table misses.", &[("", t.open_file_misses)]);
     metric("open_file_cache_entries", "gauge", "Open-file table entries.", &[("", t.open_files)]);
+    metric("cgi_running", "gauge", "CGI programs running.", &[("", cgi_running)]);
+    metric("cgi_started_total", "counter", "CGI programs started.", &[("", t.cgi_started)]);
+    metric("cgi_rejected_total", "counter", "CGI requests refused at the process cap.", &[("", t.cgi_rejected)]);
+    metric("cgi_failed_total", "counter", "CGI requests answered 502.", &[("", t.cgi_failed)]);
+    metric("cgi_timeouts_total", "counter", "CGI programs killed at the time limit.", &[("", t.cgi_timeouts)]);
     s
 }

@@ -1,5 +1,6 @@
 //! The site: routes a request to the handler that answers it.
 
+pub mod cgi;
 pub mod internal;
 pub mod open_files;
 pub mod resolve;
@@ -7,9 +8,10 @@ pub mod static_files;
 
 use std::net::SocketAddr;
 
-use tern_http::Request;
+use tern_http::request::TargetForm;
+use tern_http::{path, Request};
 
-use crate::config::Config;
+use crate::config::{Config, Level};
 use crate::reply::Reply;
 use crate::worker::Worker;
 use resolve::Root;
@@ -17,6 +19,22 @@ use resolve::Root;
 pub struct Site {
     pub root: Root,
     pub static_files: static_files::Settings,
+    pub cgi: cgi::Settings,
+}
+
+/// The two ends of a client connection.
+#[derive(Clone, Copy, Debug)]
+pub struct Peers {
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+/// How a request was answered.
+pub enum Answer {
+    /// The whole response is queued.
+    Done,
+    /// A program was started; its output becomes the response.
+    Backend(cgi::Running),
 }
 
 impl Site {
@@ -25,15 +43,72 @@ impl Site {
         let root = Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
         })?;
-        Ok(Site { root, static_files: static_files::Settings::new(config) })
+        Ok(Site { root, static_files: static_files::Settings::new(config), cgi: cgi::Settings::new(config)? })
     }
 
-    /// Answers `req` into `reply`.
-    pub fn respond(&self, req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
+    /// Answers `req` (whose body, if any, is `body`) into `reply`.
+    pub fn respond(
+        &self,
+        req: &Request<'_>,
+        body: &[u8],
+        peers: Peers,
+        reply: &mut Reply<'_>,
+        w: &mut Worker<'_>,
+    ) -> Answer {
         let status = &w.shared.config.status;
         if status.enabled && (req.path == status.path || req.path == status.metrics_path) {
-            return internal::serve(req, peer, reply, w);
+            internal::serve(req, peers.peer, reply, w);
+            return Answer::Done;
         }
-        static_files::serve(self, req, reply, w);
+        if req.form == TargetForm::Asterisk || req.form == TargetForm::Authority {
+            static_files::allow(reply, if req.form == TargetForm::Asterisk { 200 } else { 405 });
+            return Answer::Done;
+        }
+        let norm = match path::normalize(req.path, &mut w.path) {
+            Ok(n) => n,
+            Err(err) => {
+                crate::log!(Level::Info, "refused path {:?}: {}", req.path, err.0);
+                reply.error(400);
+                return Answer::Done;
+            }
+        };
+        match self.cgi.locate(&self.root, &w.path) {
+            None => {
+                static_files::serve(self, req, norm, reply, w);
+                Answer::Done
+            }
+            Some(Err(err)) => {
+                reply.error(err.status());
+                Answer::Done
+            }
+            Some(Ok(script)) => {
+                let launch = cgi::Launch {
+                    script,
+                    rel: &w.path,
+                    trailing_slash: norm.trailing_slash,
+                    body,
+                    peer: peers.peer,
+                    local: peers.local,
+                };
+                match cgi::start(&self.cgi, &w.shared.cgi_running, req, &launch) {
+                    Ok(running) => {
+                        w.stats.cgi_started.incr();
+                        Answer::Backend(running)
+                    }
+                    Err(cgi::StartError::Busy) => {
+                        w.stats.cgi_rejected.incr();
+                        reply.head(503);
+                        reply.header("Retry-After", b"1");
+                        reply.page(503);
+                        Answer::Done
+                    }
+                    Err(cgi::StartError::Failed(err)) => {
+                        crate::log!(Level::Error, "cannot start CGI program for {:?}: {err}", req.path);
+                        reply.error(500);
+                        Answer::Done
+                    }
+                }
+            }
+        }
     }
 }

@@ -78,6 +78,14 @@ impl Root {
         &self.index[i]
     }
 
+    /// The metadata of `rel`, opened through the same checks as a file to
+    /// serve (`O_PATH`: nothing is read).
+    pub fn probe(&self, rel: &[u8]) -> Result<rustix::fs::Stat, ResolveError> {
+        let flags = OFlags::PATH | OFlags::CLOEXEC;
+        let fd = openat2(&self.dir, rel, flags, Mode::empty(), self.resolve).map_err(classify)?;
+        rustix::fs::fstat(&fd).map_err(classify)
+    }
+
     fn open_at(&self, rel: &[u8]) -> Result<(OwnedFd, rustix::fs::Stat), ResolveError> {
         let rel = if rel.is_empty() { &b"."[..] } else { rel };
         // O_NONBLOCK: opening a FIFO must not block the worker.

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 use tern_http::conditional::{self, Outcome, Validators};
+use tern_http::path::Normalized;
 use tern_http::range::{self, ByteRange, RangeDecision};
-use tern_http::request::TargetForm;
-use tern_http::{path, response, Method, Request};
+use tern_http::{response, Method, Request};
 
 use super::open_files::{Identity, OpenFile};
 use super::resolve::{Found, ResolveError};
@@ -98,18 +98,9 @@ impl Settings {
     }
 }
 
-/// Answers a request for a file under the document root.
-pub fn serve(site: &Site, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
-    if req.form == TargetForm::Asterisk {
-        return allow(reply, 200);
-    }
-    let norm = match path::normalize(req.path, &mut w.path) {
-        Ok(n) => n,
-        Err(err) => {
-            crate::log!(Level::Info, "refused path {:?}: {}", req.path, err.0);
-            return reply.error(400);
-        }
-    };
+/// Answers a request for a file under the document root; `w.path` holds
+/// its normalised path.
+pub fn serve(site: &Site, req: &Request<'_>, norm: Normalized, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
     // The key tells `dir/` (its index) from `dir` (a redirect).
     let rel_len = w.path.len();
     if norm.trailing_slash {
@@ -177,7 +168,7 @@ pub fn serve(site: &Site, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut Work
 }
 
 /// `200` to `OPTIONS`, or `405`: with the methods a file allows.
-fn allow(reply: &mut Reply<'_>, status: u16) {
+pub fn allow(reply: &mut Reply<'_>, status: u16) {
     reply.head(status);
     reply.header("Allow", ALLOW);
     if status == 405 {

@@ -1,0 +1,734 @@
+//! CGI/1.1 (RFC 3875): which path names a program, the meta-variables it
+//! gets, starting it, and turning what it prints into the response.
+//!
+//! A program runs in its own process group (so a timeout or an abandoned
+//! request kills everything it started), reads its request body from a
+//! sealed in-memory file (no pipe to feed, no deadlock), writes its output to
+//! a non-blocking pipe that the engine watches like a socket, and its
+//! standard error goes straight to the error log. Processes are reaped
+//! without blocking; anything that outlives its output is killed.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rustix::fs::FileType;
+use rustix::process::{Pid, Signal, WaitOptions};
+use tern_http::request::TargetForm;
+use tern_http::{Method, Request, Version};
+
+use super::resolve::{ResolveError, Root};
+use crate::body::OutQueue;
+use crate::config::{Config, Level};
+use crate::reply::{Framing, Params, Reply};
+use crate::sys;
+
+/// Bytes kept in front of a chunk being read for its size line
+/// (`0000ffff\r\n`).
+const CHUNK_SIZE_ROOM: usize = 10;
+/// Largest response head a program may print.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long a program may run on after closing its output before it is
+/// killed.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// Response fields a program may not set: framing and connection
+/// management belong to the server.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "date",
+    "server",
+];
+
+/// The `[cgi]` configuration, prepared once.
+pub struct Settings {
+    /// Normalised (relative) directory prefixes, e.g. `cgi-bin`.
+    prefixes: Vec<Vec<u8>>,
+    /// Extensions without the dot.
+    extensions: Vec<String>,
+    interpreters: Vec<(String, PathBuf)>,
+    pass_env: Vec<(OsString, OsString)>,
+    /// The document root as an absolute path, for `PATH_TRANSLATED`,
+    /// `SCRIPT_FILENAME` and executing the program.
+    root: PathBuf,
+    pub timeout: Duration,
+    pub pipe_buffer: usize,
+    pub max_processes: usize,
+}
+
+/// A program found for a request path.
+pub struct Script {
+    /// Length of the normalised path that names the program.
+    name_len: usize,
+    interpreter: Option<PathBuf>,
+}
+
+impl Settings {
+    pub fn new(config: &Config) -> std::io::Result<Settings> {
+        let c = &config.cgi;
+        let root = std::fs::canonicalize(&config.server.root)?;
+        Ok(Settings {
+            prefixes: c.directories.iter().map(|d| d.trim_matches('/').as_bytes().to_vec()).collect(),
+            extensions: c.extensions.iter().map(|e| e.trim_start_matches('.').to_string()).collect(),
+            interpreters: c
+                .interpreters
+                .iter()
+                .map(|(e, i)| (e.trim_start_matches('.').to_string(), i.into()))
+                .collect(),
+            pass_env: c.pass_env.iter().filter_map(|k| std::env::var_os(k).map(|v| (OsString::from(k), v))).collect(),
+            root,
+            timeout: c.timeout.0,
+            pipe_buffer: c.pipe_buffer.usize(),
+            max_processes: c.max_processes,
+        })
+    }
+
+    fn is_program_name(&self, segment: &[u8]) -> bool {
+        self.extensions.iter().any(|e| {
+            segment.len() > e.len() + 1
+                && segment.ends_with(e.as_bytes())
+                && segment[segment.len() - e.len() - 1] == b'.'
+        })
+    }
+
+    /// Splits a normalised path into a program and its `PATH_INFO`, asking
+    /// the file system (through `root`) only for names that could be
+    /// programs. `None`: not a CGI path, serve it as a file. Nothing under a
+    /// CGI directory is ever served as a file (its source would leak).
+    pub fn locate(&self, root: &Root, rel: &[u8]) -> Option<Result<Script, ResolveError>> {
+        let prefix = self
+            .prefixes
+            .iter()
+            .find(|p| rel == p.as_slice() || (rel.starts_with(p) && rel.get(p.len()) == Some(&b'/')));
+        let mut ends: Vec<usize> = memchr::memchr_iter(b'/', rel).collect();
+        ends.push(rel.len());
+        for end in ends {
+            let candidate = &rel[..end];
+            let name = candidate.rsplit(|&b| b == b'/').next().unwrap_or(candidate);
+            let eligible = prefix.is_some_and(|p| end > p.len()) || self.is_program_name(name);
+            if !eligible {
+                continue;
+            }
+            return Some(match root.probe(candidate) {
+                Ok(stat) => match FileType::from_raw_mode(stat.st_mode) {
+                    FileType::Directory if prefix.is_some() => continue,
+                    FileType::Directory => return None,
+                    FileType::RegularFile => {
+                        let ext = name.rsplit(|&b| b == b'.').next().unwrap_or_default();
+                        let interpreter =
+                            self.interpreters.iter().find(|(e, _)| e.as_bytes() == ext).map(|(_, i)| i.clone());
+                        if interpreter.is_none() && stat.st_mode & 0o111 == 0 {
+                            Err(ResolveError::Forbidden)
+                        } else {
+                            Ok(Script { name_len: end, interpreter })
+                        }
+                    }
+                    _ => Err(ResolveError::Forbidden),
+                },
+                Err(e) => Err(e),
+            });
+        }
+        prefix.map(|p| Err(if rel.len() == p.len() { ResolveError::Forbidden } else { ResolveError::NotFound }))
+    }
+}
+
+/// What a request needs to start a program, beyond the request itself.
+pub struct Launch<'a> {
+    pub script: Script,
+    /// The normalised path (the program is its first `script.name_len`
+    /// bytes) and whether it ended in `/`.
+    pub rel: &'a [u8],
+    pub trailing_slash: bool,
+    pub body: &'a [u8],
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+/// Why a program could not be started.
+pub enum StartError {
+    /// `503`: at `cgi.max_processes`.
+    Busy,
+    /// `500`: it could not be spawned.
+    Failed(std::io::Error),
+}
+
+/// Starts the program for `req`.
+pub fn start(
+    settings: &Settings,
+    running: &std::sync::atomic::AtomicUsize,
+    req: &Request<'_>,
+    l: &Launch<'_>,
+) -> Result<Running, StartError> {
+    if running.fetch_add(1, Ordering::AcqRel) >= settings.max_processes {
+        running.fetch_sub(1, Ordering::AcqRel);
+        return Err(StartError::Busy);
+    }
+    spawn(settings, req, l).map_err(|e| {
+        running.fetch_sub(1, Ordering::AcqRel);
+        StartError::Failed(e)
+    })
+}
+
+fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Result<Running> {
+    let name = &l.rel[..l.script.name_len];
+    let program = settings.root.join(OsStr::from_bytes(name));
+    let mut cmd = match &l.script.interpreter {
+        Some(interpreter) => {
+            let mut c = Command::new(interpreter);
+            c.arg(&program);
+            c
+        }
+        None => Command::new(&program),
+    };
+    cmd.env_clear().envs(settings.pass_env.iter().map(|(k, v)| (k, v)));
+    for (k, v) in meta_variables(settings, req, l, &program) {
+        cmd.env(k, v);
+    }
+    if let Some(dir) = program.parent() {
+        cmd.current_dir(dir);
+    }
+    // Its own process group, so a timeout or an abandoned request kills
+    // everything it started. (std spawns with posix_spawn here: no fork of
+    // the server's address space.)
+    cmd.process_group(0);
+    cmd.stdin(body_stdin(l.body)?).stdout(Stdio::piped()).stderr(crate::error_log::for_child());
+    let mut child = cmd.spawn()?;
+    let stdout: OwnedFd = child.stdout.take().expect("stdout was piped").into();
+    rustix::io::ioctl_fionbio(&stdout, true)?;
+    let pid = Pid::from_raw(child.id() as i32).expect("a child has a pid");
+    let nph = name.rsplit(|&b| b == b'/').next().is_some_and(|n| n.starts_with(b"nph-"));
+    Ok(Running {
+        pid,
+        stdout,
+        may_read: false,
+        eof_pending: false,
+        nph,
+        head_only: req.method == Method::Head,
+        http10: req.version == Version::Http10,
+        output: Output::Head(Vec::new()),
+        status: 0,
+        body_bytes: 0,
+    })
+}
+
+/// The request body as the program's standard input: an in-memory file,
+/// or `/dev/null` when there is none.
+fn body_stdin(body: &[u8]) -> std::io::Result<Stdio> {
+    if body.is_empty() {
+        return Ok(Stdio::null());
+    }
+    let fd = rustix::fs::memfd_create("tern-cgi-body", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(body)?;
+    rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0))?;
+    Ok(Stdio::from(file))
+}
+
+/// RFC 3875 §4.1 meta-variables, plus the customary `REQUEST_URI`,
+/// `SCRIPT_FILENAME`, `DOCUMENT_ROOT`, `REMOTE_PORT`, `SERVER_ADDR` and
+/// `REDIRECT_STATUS` (which php-cgi requires).
+fn meta_variables(settings: &Settings, req: &Request<'_>, l: &Launch<'_>, program: &Path) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = Vec::with_capacity(32 + req.headers.len());
+    let mut set = |k: &str, v: &[u8]| env.push((k.into(), OsStr::from_bytes(v).to_owned()));
+    let name = &l.rel[..l.script.name_len];
+    let mut script_name = Vec::with_capacity(name.len() + 1);
+    script_name.push(b'/');
+    script_name.extend_from_slice(name);
+    let rest = &l.rel[l.script.name_len..];
+    let mut path_info = rest.to_vec();
+    if !path_info.is_empty() && l.trailing_slash {
+        path_info.push(b'/');
+    }
+    set("GATEWAY_INTERFACE", b"CGI/1.1");
+    set("SERVER_SOFTWARE", concat!("tern/", env!("CARGO_PKG_VERSION")).as_bytes());
+    set("SERVER_PROTOCOL", req.request_line.rsplit(' ').next().unwrap_or("HTTP/1.1").as_bytes());
+    set("REQUEST_METHOD", req.method_token.as_bytes());
+    let uri = match req.form {
+        TargetForm::Absolute => {
+            let after_scheme = req.target.split_once("://").map_or(req.target, |(_, r)| r);
+            after_scheme.find('/').map_or("/", |i| &after_scheme[i..])
+        }
+        _ => req.target,
+    };
+    set("REQUEST_URI", uri.split('#').next().unwrap_or(uri).as_bytes());
+    set("SCRIPT_NAME", &script_name);
+    set("SCRIPT_FILENAME", program.as_os_str().as_bytes());
+    set("DOCUMENT_ROOT", settings.root.as_os_str().as_bytes());
+    if !path_info.is_empty() {
+        set("PATH_INFO", &path_info);
+        let mut translated = settings.root.as_os_str().as_bytes().to_vec();
+        translated.extend_from_slice(&path_info);
+        set("PATH_TRANSLATED", &translated);
+    }
+    set("QUERY_STRING", req.query.unwrap_or("").as_bytes());
+    set("REMOTE_ADDR", l.peer.ip().to_string().as_bytes());
+    set("REMOTE_PORT", l.peer.port().to_string().as_bytes());
+    let host = req.host.filter(|h| !h.is_empty()).map_or_else(|| l.local.ip().to_string(), strip_port);
+    set("SERVER_NAME", host.as_bytes());
+    set("SERVER_ADDR", l.local.ip().to_string().as_bytes());
+    set("SERVER_PORT", l.local.port().to_string().as_bytes());
+    set("REDIRECT_STATUS", b"200");
+    if !l.body.is_empty() || req.has_body() {
+        set("CONTENT_LENGTH", l.body.len().to_string().as_bytes());
+    }
+    if let Some(ct) = req.fields.content_type {
+        set("CONTENT_TYPE", ct);
+    }
+    // HTTP_* for each field. Never `Proxy` (httpoxy: it would become
+    // HTTP_PROXY, which many clients read as their proxy); never names with
+    // `_` (they would collide with the `-` spelling); never credentials.
+    let mut seen: Vec<(OsString, Vec<u8>)> = Vec::with_capacity(req.headers.len());
+    for h in req.headers {
+        let n = h.name;
+        if n.contains('_')
+            || n.eq_ignore_ascii_case("proxy")
+            || n.eq_ignore_ascii_case("content-length")
+            || n.eq_ignore_ascii_case("content-type")
+            || n.eq_ignore_ascii_case("authorization")
+            || n.eq_ignore_ascii_case("proxy-authorization")
+        {
+            continue;
+        }
+        let key: OsString = format!("HTTP_{}", n.to_ascii_uppercase().replace('-', "_")).into();
+        let value = h.value.trim_ascii();
+        match seen.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => {
+                v.extend_from_slice(if n.eq_ignore_ascii_case("cookie") { b"; " } else { b", " });
+                v.extend_from_slice(value);
+            }
+            None => seen.push((key, value.to_vec())),
+        }
+    }
+    env.extend(seen.into_iter().map(|(k, v)| (k, OsString::from_vec(v))));
+    env
+}
+
+use std::os::unix::ffi::OsStringExt;
+
+fn strip_port(host: &str) -> String {
+    if host.starts_with('[') {
+        return host.split_once(']').map_or(host, |(h, _)| h).to_string() + "]";
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h).to_string()
+}
+
+enum Output {
+    /// Collecting the response head the program prints.
+    Head(Vec<u8>),
+    /// Relaying the body.
+    Body(Framing, u64),
+    /// Finished.
+    Done,
+}
+
+/// A running program and the state of its output.
+pub struct Running {
+    pid: Pid,
+    stdout: OwnedFd,
+    /// Edge-triggered readiness of `stdout`, as for sockets in `conn.rs`.
+    may_read: bool,
+    eof_pending: bool,
+    /// `nph-` programs print the whole response, status line included.
+    nph: bool,
+    head_only: bool,
+    http10: bool,
+    output: Output,
+    /// The status sent (0 until the head is sent).
+    pub status: u16,
+    /// Body bytes relayed.
+    pub body_bytes: u64,
+}
+
+/// What relaying found.
+pub enum Pump {
+    /// Nothing to read now: wait for the pipe.
+    Wait,
+    /// Response bytes were queued.
+    Progress,
+    /// The program's output ended; `keep_alive` says whether the response
+    /// was complete and framed so the connection can be reused.
+    Done { keep_alive: bool },
+    /// A local redirect (RFC 3875 §6.2.2): answer `GET path` instead.
+    Redirect(Vec<u8>),
+    /// Nothing was sent yet and the program failed: answer this status.
+    Fail(u16),
+}
+
+impl Running {
+    pub fn stdout(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stdout.as_fd()
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Whether the response head has been queued.
+    pub fn head_sent(&self) -> bool {
+        self.status != 0
+    }
+
+    /// The pipe may have become readable (or closed).
+    pub fn on_ready(&mut self, readable: bool, closed: bool) {
+        self.may_read |= readable || closed;
+        self.eof_pending |= closed;
+    }
+
+    /// Reads what the program printed and queues response bytes (reading at
+    /// most `chunk` bytes at a time); `params` shape the response head.
+    pub fn pump(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize) -> Pump {
+        if !self.may_read {
+            return Pump::Wait;
+        }
+        match &mut self.output {
+            Output::Head(head) => {
+                head.reserve(chunk.min(MAX_HEAD));
+                let spare = head.capacity() - head.len();
+                let n = match read(&self.stdout, head) {
+                    Ok(n) => n,
+                    Err(e) if sys::would_block(&e) => {
+                        self.may_read = false;
+                        return Pump::Wait;
+                    }
+                    Err(_) => return Pump::Fail(502),
+                };
+                if n < spare && !self.eof_pending {
+                    self.may_read = false;
+                }
+                if n == 0 {
+                    self.may_read = false;
+                    crate::log!(Level::Warn, "CGI program ended without a complete response head");
+                    return Pump::Fail(502);
+                }
+                let head = std::mem::take(head);
+                self.on_head(out, params, head)
+            }
+            Output::Body(..) => self.relay(out, chunk),
+            Output::Done => Pump::Done { keep_alive: false },
+        }
+    }
+
+    /// Handles bytes collected so far of the program's head.
+    fn on_head(&mut self, out: &mut OutQueue, params: &Params<'_>, head: Vec<u8>) -> Pump {
+        if self.nph {
+            // Relayed untouched; the program frames its own response, so
+            // the connection ends with it.
+            self.status = parse_nph_status(&head).unwrap_or(200);
+            out.buf.extend_from_slice(&head);
+            out.commit_buf();
+            self.body_bytes += head.len() as u64;
+            self.output = Output::Body(Framing::Close, 0);
+            return Pump::Progress;
+        }
+        let Some((end, body_start)) = find_head_end(&head) else {
+            if head.len() > MAX_HEAD {
+                crate::log!(Level::Warn, "CGI response head larger than {MAX_HEAD} bytes");
+                return Pump::Fail(502);
+            }
+            self.output = Output::Head(head);
+            return Pump::Progress;
+        };
+        let fields = match parse_fields(&head[..end]) {
+            Ok(fields) => fields,
+            Err(why) => {
+                crate::log!(Level::Warn, "CGI response refused: {why}");
+                return Pump::Fail(502);
+            }
+        };
+        let status_field = fields.iter().find(|(n, _)| n.eq_ignore_ascii_case(b"status")).map(|(_, v)| *v);
+        let location = fields.iter().find(|(n, _)| n.eq_ignore_ascii_case(b"location")).map(|(_, v)| *v);
+        if let (Some(loc), None, 1) = (location, status_field, fields.len()) {
+            if loc.starts_with(b"/") {
+                return Pump::Redirect(loc.to_vec());
+            }
+        }
+        let status = match status_field {
+            Some(v) => match parse_status(v) {
+                Some(s) => s,
+                None => {
+                    crate::log!(Level::Warn, "CGI printed an invalid Status: {:?}", String::from_utf8_lossy(v));
+                    return Pump::Fail(502);
+                }
+            },
+            None if location.is_some() => 302,
+            None => 200,
+        };
+        let length = match fields.iter().find(|(n, _)| n.eq_ignore_ascii_case(b"content-length")) {
+            Some((_, v)) => match std::str::from_utf8(v).ok().and_then(|s| s.parse::<u64>().ok()) {
+                Some(n) => Some(n),
+                None => return Pump::Fail(502),
+            },
+            None => None,
+        };
+        let mut r = Reply::with(out, params);
+        r.head(status);
+        for (name, value) in &fields {
+            let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
+            if lower == "status" || lower == "content-length" || HOP_BY_HOP.contains(&lower.as_str()) {
+                continue;
+            }
+            let buf = r.buf();
+            buf.extend_from_slice(name);
+            buf.extend_from_slice(b": ");
+            buf.extend_from_slice(value);
+            buf.extend_from_slice(b"\r\n");
+        }
+        let bodiless = self.head_only || status == 204 || status == 304;
+        let framing = match (length, bodiless, self.http10) {
+            (Some(n), _, _) => Framing::Length(n),
+            (None, true, _) => Framing::Length(0),
+            (None, false, false) => Framing::Chunked,
+            (None, false, true) => Framing::Close,
+        };
+        let framing = r.end_head_framed(framing);
+        self.status = status;
+        let remaining = match framing {
+            Framing::Length(n) => n,
+            _ => 0,
+        };
+        self.output = Output::Body(framing, remaining);
+        if body_start < head.len() {
+            let at = out.buf.len();
+            out.buf.extend_from_slice(&head[body_start..]);
+            self.frame(out, at, 0);
+        }
+        out.commit_buf();
+        Pump::Progress
+    }
+
+    /// Reads body bytes from the program straight into the output buffer
+    /// and frames them there.
+    fn relay(&mut self, out: &mut OutQueue, chunk: usize) -> Pump {
+        let Output::Body(framing, _) = self.output else { unreachable!("relay before the head") };
+        let at = out.buf.len();
+        let room = if framing == Framing::Chunked { CHUNK_SIZE_ROOM } else { 0 };
+        // Room for the chunk size, written once the length is known, so the
+        // data is never moved.
+        out.buf.resize(at + room, b'0');
+        out.buf.reserve(chunk);
+        let spare = out.buf.capacity() - out.buf.len();
+        let n = match read(&self.stdout, &mut out.buf) {
+            Ok(n) => n,
+            Err(e) => {
+                out.buf.truncate(at);
+                if sys::would_block(&e) {
+                    self.may_read = false;
+                    return Pump::Wait;
+                }
+                return self.finish(out);
+            }
+        };
+        if n < spare && !self.eof_pending {
+            self.may_read = false;
+        }
+        if n == 0 {
+            out.buf.truncate(at);
+            return self.finish(out);
+        }
+        self.frame(out, at, room);
+        out.commit_buf();
+        Pump::Progress
+    }
+
+    /// Frames the body bytes appended to `out.buf` at `at + room` (after
+    /// `room` bytes kept for a chunk size): cut to the announced length,
+    /// dropped for `HEAD`, or made a chunk.
+    fn frame(&mut self, out: &mut OutQueue, at: usize, room: usize) {
+        let Output::Body(framing, remaining) = &mut self.output else { return };
+        let data_at = at + room;
+        if let Framing::Length(_) = framing {
+            let keep = ((out.buf.len() - data_at) as u64).min(*remaining) as usize;
+            out.buf.truncate(data_at + keep);
+            *remaining -= keep as u64;
+        }
+        let n = out.buf.len() - data_at;
+        if n == 0 || self.head_only {
+            out.buf.truncate(at);
+            return;
+        }
+        self.body_bytes += n as u64;
+        if *framing == Framing::Chunked {
+            let size = format!("{n:x}\r\n");
+            if room >= size.len() {
+                // Leading zeros are valid in a chunk size.
+                out.buf[data_at - size.len()..data_at].copy_from_slice(size.as_bytes());
+            } else {
+                out.buf.splice(at..data_at, size.bytes());
+            }
+            out.buf.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// The output ended: close the framing.
+    fn finish(&mut self, out: &mut OutQueue) -> Pump {
+        let Output::Body(framing, remaining) = std::mem::replace(&mut self.output, Output::Done) else {
+            return Pump::Done { keep_alive: false };
+        };
+        let keep_alive = match framing {
+            Framing::Chunked => {
+                if !self.head_only {
+                    out.buf.extend_from_slice(b"0\r\n\r\n");
+                    out.commit_buf();
+                }
+                true
+            }
+            // A body shorter than announced cannot be completed: close.
+            Framing::Length(_) => remaining == 0 || self.head_only,
+            Framing::Close => false,
+        };
+        Pump::Done { keep_alive }
+    }
+}
+
+fn read(fd: &OwnedFd, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    loop {
+        match sys::read_into(fd, buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// The end of a CGI head: `(end of fields, start of body)`. Lines may end
+/// in LF (RFC 3875 §6.3) or CRLF.
+fn find_head_end(head: &[u8]) -> Option<(usize, usize)> {
+    let mut line_start = 0;
+    for lf in memchr::memchr_iter(b'\n', head) {
+        let line = &head[line_start..lf];
+        if line.is_empty() || line == b"\r" {
+            return Some((line_start, lf + 1));
+        }
+        line_start = lf + 1;
+    }
+    None
+}
+
+/// Parses the program's header lines; any invalid line refuses the whole
+/// response (it must never reach the client).
+/// A header field as printed by a program: name and value.
+type Field<'a> = (&'a [u8], &'a [u8]);
+
+fn parse_fields(block: &[u8]) -> Result<Vec<Field<'_>>, &'static str> {
+    let mut fields = Vec::new();
+    for line in block.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let colon = memchr::memchr(b':', line).ok_or("a header line without a colon")?;
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if name.is_empty() || !name.iter().all(|&b| tern_http::request::is_tchar(b)) {
+            return Err("an invalid header field name");
+        }
+        if !value.iter().all(|&b| b == b'\t' || (b' '..=b'~').contains(&b) || b >= 0x80) {
+            return Err("an invalid byte in a header field value");
+        }
+        fields.push((name, value));
+    }
+    Ok(fields)
+}
+
+/// `Status: 404 Not Found` → 404 (a three-digit code 200–599).
+fn parse_status(value: &[u8]) -> Option<u16> {
+    let code = value.get(..3)?;
+    if !code.iter().all(u8::is_ascii_digit) || value.get(3).is_some_and(|&b| b != b' ') {
+        return None;
+    }
+    let n: u16 = std::str::from_utf8(code).ok()?.parse().ok()?;
+    (200..=599).contains(&n).then_some(n)
+}
+
+fn parse_nph_status(head: &[u8]) -> Option<u16> {
+    let rest = head.strip_prefix(b"HTTP/1.")?.get(2..5)?;
+    std::str::from_utf8(rest).ok()?.parse().ok()
+}
+
+/// Kills a program's whole process group.
+pub fn kill(pid: Pid) {
+    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
+}
+
+/// Child processes still to be waited for, per worker: a program that
+/// closed its output may take a moment to exit; one that lingers past
+/// [`EXIT_GRACE`] is killed. Nothing here blocks.
+#[derive(Default)]
+pub struct Reaper {
+    pending: Vec<(Pid, Instant)>,
+}
+
+impl Reaper {
+    /// Waits for `pid` if it has exited, else remembers it.
+    pub fn collect(&mut self, pid: Pid, now: Instant, running: &std::sync::atomic::AtomicUsize) {
+        if !try_wait(pid, running) {
+            self.pending.push((pid, now + EXIT_GRACE));
+        }
+    }
+
+    /// Retries the pending ones; kills those past their grace.
+    pub fn tick(&mut self, now: Instant, running: &std::sync::atomic::AtomicUsize) {
+        self.pending.retain(|&(pid, deadline)| {
+            if try_wait(pid, running) {
+                return false;
+            }
+            if now >= deadline {
+                kill(pid);
+            }
+            true
+        });
+    }
+
+    /// At shutdown: kill and wait for everything.
+    pub fn kill_all(&mut self, running: &std::sync::atomic::AtomicUsize) {
+        for (pid, _) in self.pending.drain(..) {
+            kill(pid);
+            if rustix::process::waitpid(Some(pid), WaitOptions::empty()).is_ok() {
+                running.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+fn try_wait(pid: Pid, running: &std::sync::atomic::AtomicUsize) -> bool {
+    match rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
+        Ok(Some(_)) | Err(_) => {
+            running.fetch_sub(1, Ordering::AcqRel);
+            true
+        }
+        Ok(None) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_parsing() {
+        assert_eq!(find_head_end(b"A: b\n\nbody"), Some((5, 6)));
+        assert_eq!(find_head_end(b"A: b\r\n\r\nbody"), Some((6, 8)));
+        assert_eq!(find_head_end(b"A: b\r\n"), None);
+        assert!(parse_fields(b"Foo: bar\nFoo:\n").is_ok());
+        assert!(parse_fields(b"Foo: b\tar\n").is_ok());
+        for bad in
+            [&b": bar\n"[..], b"F\x00oo: bar\n", b"F\x01oo: bar\n", b"F\noo: bar\n", b"Foo: b\x01ar\n", b"garbage\n"]
+        {
+            assert!(parse_fields(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        assert_eq!(parse_status(b"404 Not Found"), Some(404));
+        assert_eq!(parse_status(b"201"), Some(201));
+        assert_eq!(parse_status(b"99 x"), None);
+        assert_eq!(parse_status(b"1000"), None);
+        assert_eq!(parse_status(b"100 Continue"), None);
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("[::1]:80"), "[::1]");
+    }
+}
