@@ -100,24 +100,36 @@ cpu_of() {
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-wrk_rates=() wrk_cpus=() tern_rates=() tern_cpus=()
-rows=()
-for run in $(seq "$RUNS"); do
+run_wrk() {
+    local cpu reqs
     cpu=$(cpu_of "${gen_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" "$url")
     reqs=$(awk '/requests in/ { print $1 }' "$tmp/out")
     rate=$(awk '/Requests\/sec/ { print $2 }' "$tmp/out")
     errs=$(awk '/Socket errors|Non-2xx/ { printf "%s ", $0 }' "$tmp/out")
     wcpu=$(awk -v c="$cpu" -v n="$reqs" 'BEGIN { printf "%.3f", c * 1e6 / n }')
-    wrk_rates+=("$rate") wrk_cpus+=("$wcpu")
+}
 
+run_tern() {
+    local cpu reqs
     cpu=$(cpu_of "${gen_pin[@]}" "$TERN" bench -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --json "$url")
-    treqs=$(jq '.requests' "$tmp/out")
+    reqs=$(jq '.requests' "$tmp/out")
     trate=$(jq '.requests_per_s' "$tmp/out")
-    terrs=$(jq '.errors | to_entries | map(select(.value > 0) | "\(.key) \(.value)") | join(" ")' -r "$tmp/out")
-    tcpu=$(awk -v c="$cpu" -v n="$treqs" 'BEGIN { printf "%.3f", c * 1e6 / n }')
+    terrs=$(jq -r '.errors | to_entries | map(select(.value > 0) | "\(.key) \(.value)") | join(" ")' "$tmp/out")
+    tcpu=$(awk -v c="$cpu" -v n="$reqs" 'BEGIN { printf "%.3f", c * 1e6 / n }')
+}
+
+wrk_rates=() wrk_cpus=() tern_rates=() tern_cpus=()
+rows=()
+for run in $(seq "$RUNS"); do
+    # Alternate which tool goes first, so a drift in the machine's load
+    # does not always favour the same one.
+    if ((run % 2)); then run_wrk; run_tern; else run_tern; run_wrk; fi
+    wrk_rates+=("$rate") wrk_cpus+=("$wcpu")
     tern_rates+=("$trate") tern_cpus+=("$tcpu")
     rows+=("$(printf '| %d | %.0f | %s | %.0f | %s |' "$run" "$rate" "$wcpu" "$trate" "$tcpu")")
-    [[ -n $errs || -n $terrs ]] && echo "run $run errors: wrk: ${errs:-none}; tern: ${terrs:-none}" >&2
+    if [[ -n $errs || -n $terrs ]]; then
+        echo "run $run errors: wrk: ${errs:-none}; tern: ${terrs:-none}" >&2
+    fi
 done
 
 wr=$(median "${wrk_rates[@]}") wc=$(median "${wrk_cpus[@]}")

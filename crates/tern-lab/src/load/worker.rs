@@ -344,7 +344,6 @@ impl<'a> Worker<'a> {
         for slot in 0..self.conns.len() {
             self.mark_free(slot);
         }
-        let mut peeked = false;
         let finished = loop {
             let now = Instant::now();
             if cpu_mark.is_none() && now >= self.setup.measure_from {
@@ -381,17 +380,12 @@ impl<'a> Worker<'a> {
                     }
                 }
             }
-            let mut sleep = wake.saturating_duration_since(now);
-            let zero = std::env::var_os("TB_PEEK").is_some() && !peeked;
-            if zero {
-                sleep = Duration::ZERO;
-            }
+            let sleep = wake.saturating_duration_since(now);
             match self.poll.poll(&mut events, Some(sleep)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
-            peeked = zero && events.is_empty();
             for event in events.iter() {
                 if event.token() == TIMER {
                     if let Some(timer) = self.timer.as_mut() {
@@ -557,7 +551,7 @@ impl<'a> Worker<'a> {
         let mut rbuf = std::mem::take(&mut self.rbuf);
         self.read_into(slot, read_closed, &mut rbuf);
         self.rbuf = rbuf;
-        if !self.free.is_empty() && std::env::var_os("TB_BATCH").is_none() {
+        if !self.free.is_empty() {
             self.dispatch(Instant::now());
         }
     }
