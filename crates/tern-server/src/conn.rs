@@ -420,13 +420,15 @@ impl Conn {
                 self.redirects = 0;
                 let max = w.shared.config.limits.max_body_bytes.0;
                 match BodyReader::new(req.framing, max) {
+                    // Earlier answers still queued go out first, so a
+                    // `100 Continue` cannot overtake them.
+                    Some(_) if !self.out.is_empty() => return self.restore(rbuf, Some(false)),
                     // The body is read (and its framing checked) before the
-                    // answer, unless the client waits for `100 Continue`,
-                    // which no handler asks for yet: then it is answered
-                    // without the body and the connection closed.
-                    Some(reader)
-                        if !req.expect_continue && !matches!(req.framing, BodyFraming::Length(n) if n > max) =>
-                    {
+                    // answer; one larger than allowed is not read at all.
+                    Some(reader) if !matches!(req.framing, BodyFraming::Length(n) if n > max) => {
+                        if req.expect_continue && !self.send_continue() {
+                            return self.restore(rbuf, None);
+                        }
                         self.body = Some((reader, req.head_len));
                         self.phase = Phase::Body;
                         self.set_clock(Clock::Body, w.now);
@@ -453,8 +455,20 @@ impl Conn {
                 }
             }
         };
+        self.restore(rbuf, result)
+    }
+
+    /// Puts the receive buffer back after a parse that borrowed it.
+    fn restore<T>(&mut self, rbuf: Vec<u8>, result: T) -> T {
         self.rbuf = rbuf;
         result
+    }
+
+    /// Sends the interim `100 Continue` (RFC 9110 §10.1.1) at once; the
+    /// output queue is empty, so it cannot overtake anything.
+    fn send_continue(&mut self) -> bool {
+        const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+        matches!(sys::send_vectored(self.sock.as_fd(), &[std::io::IoSlice::new(CONTINUE)], false), Ok(n) if n == CONTINUE.len())
     }
 
     /// Consumes buffered body bytes; answers the request once the body is
@@ -519,8 +533,8 @@ impl Conn {
         let mut keep_alive = req.keep_alive
             && !w.shutting_down()
             && (limits.keepalive_requests == 0 || self.requests < limits.keepalive_requests);
-        // A body not read by now is not read at all (too large, or its
-        // client waits for `100 Continue`): close after the answer.
+        // A body not read by now is not read at all (too large): close
+        // after the answer.
         let unread_body = req.has_body() && !body_read;
         let too_large = matches!(req.framing, BodyFraming::Length(n) if n > limits.max_body_bytes.0);
         if unread_body {

@@ -281,7 +281,14 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
         stats.merge(&outcome.stats);
         finished = finished.max(outcome.finished);
     }
-    let thread_times = outcomes.iter().map(|o| (o.cpu.as_secs_f64(), o.wall.as_secs_f64())).collect();
+    let thread_times = outcomes
+        .iter()
+        .map(|o| report::ThreadTimes {
+            cpu_s: o.cpu.as_secs_f64(),
+            wall_s: o.wall.as_secs_f64(),
+            waited_s: o.waited.map(|w| w.as_secs_f64()),
+        })
+        .collect();
     for outcome in outcomes {
         rows.extend(outcome.rows);
     }

@@ -18,6 +18,10 @@ use super::stats::{ErrorClass, Stats, LATE_AFTER};
 /// A thread above this share of one CPU is the bottleneck itself.
 pub const SATURATED: f64 = 0.90;
 
+/// A thread that waited for a CPU this share of the time or more did not
+/// send and receive when it meant to.
+pub const CONTENDED: f64 = 0.10;
+
 /// How the histograms in the JSON are encoded.
 pub const HISTOGRAM_ENCODING: &str = "hdrhistogram-v2-deflate-base64";
 
@@ -137,6 +141,9 @@ pub struct Generator {
     pub cpu_us_per_request: f64,
     /// Some thread was busy more than 90% of the time.
     pub saturated: bool,
+    /// Some thread waited for a CPU more than 10% of the time: the machine
+    /// is shared, and the generator's timing suffers from it.
+    pub contended: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -145,6 +152,10 @@ pub struct ThreadLoad {
     pub wall_s: f64,
     /// cpu / wall: 1.0 is one core fully busy.
     pub utilization: f64,
+    /// Time runnable but without a CPU (another process had it).
+    pub waited_s: Option<f64>,
+    /// waited / wall.
+    pub waiting: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -171,8 +182,14 @@ pub struct RunFacts {
     pub elapsed_s: f64,
     /// (label, weight) of each planned request.
     pub mix: Vec<(String, u32)>,
-    /// (cpu, wall) seconds of each worker thread.
-    pub thread_times: Vec<(f64, f64)>,
+    pub thread_times: Vec<ThreadTimes>,
+}
+
+/// What one worker thread had from the scheduler while measuring.
+pub struct ThreadTimes {
+    pub cpu_s: f64,
+    pub wall_s: f64,
+    pub waited_s: Option<f64>,
 }
 
 fn encode(h: &Histogram<u64>) -> String {
@@ -186,10 +203,15 @@ impl Report {
         let threads: Vec<ThreadLoad> = facts
             .thread_times
             .iter()
-            .map(|&(cpu_s, wall_s)| ThreadLoad {
-                cpu_s,
-                wall_s,
-                utilization: if wall_s > 0.0 { cpu_s / wall_s } else { 0.0 },
+            .map(|t| {
+                let share = |s: f64| if t.wall_s > 0.0 { s / t.wall_s } else { 0.0 };
+                ThreadLoad {
+                    cpu_s: t.cpu_s,
+                    wall_s: t.wall_s,
+                    utilization: share(t.cpu_s),
+                    waited_s: t.waited_s,
+                    waiting: t.waited_s.map(share),
+                }
             })
             .collect();
         let cpu_s: f64 = threads.iter().map(|t| t.cpu_s).sum();
@@ -240,6 +262,7 @@ impl Report {
                 .collect(),
             generator: Generator {
                 saturated: threads.iter().any(|t| t.utilization >= SATURATED),
+                contended: threads.iter().any(|t| t.waiting.is_some_and(|w| w >= CONTENDED)),
                 threads,
                 cpu_s,
                 cpu_us_per_request: if resolved > 0 { cpu_s * 1e6 / resolved as f64 } else { 0.0 },
@@ -402,6 +425,16 @@ impl fmt::Display for Report {
             g.cpu_us_per_request,
             count(self.connects)
         )?;
+        let waits: Vec<String> =
+            g.threads.iter().filter_map(|t| t.waiting).map(|w| format!("{:.0}%", w * 100.0)).collect();
+        if g.contended {
+            writeln!(
+                f,
+                "  WARNING: generator threads waited for a CPU {} of the time: the machine is busy with \
+                 other work, and both sending times and latencies are disturbed by it",
+                waits.join(" ")
+            )?;
+        }
         if g.saturated {
             writeln!(
                 f,

@@ -94,6 +94,8 @@ pub struct Outcome {
     pub rows: Vec<Row>,
     /// CPU time the thread used while measuring.
     pub cpu: Duration,
+    /// Time it was runnable but had no CPU while measuring, if known.
+    pub waited: Option<Duration>,
     /// Wall time the thread spent measuring.
     pub wall: Duration,
     /// When the thread stopped.
@@ -258,12 +260,37 @@ impl TimerFd {
     }
 }
 
-/// CPU time this thread has used.
-pub fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: valid pointer to a timespec; the clock id is a constant.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+/// What the calling thread has had from the scheduler so far.
+#[derive(Debug, Clone, Copy)]
+struct ThreadClock {
+    /// CPU time used (CLOCK_THREAD_CPUTIME_ID).
+    cpu: Duration,
+    /// Time spent runnable but waiting for a CPU (schedstat), when the
+    /// kernel reports it. On a shared machine this is what distorts the
+    /// generator's timing even when its CPU use looks low.
+    waited: Option<Duration>,
+}
+
+impl ThreadClock {
+    fn now() -> ThreadClock {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: valid pointer to a timespec; the clock id is a constant.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        let waited = std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+            .map(Duration::from_nanos);
+        ThreadClock { cpu: Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32), waited }
+    }
+
+    /// CPU used and time waited for a CPU since `earlier`.
+    fn since(self, earlier: ThreadClock) -> (Duration, Option<Duration>) {
+        let waited = match (self.waited, earlier.waited) {
+            (Some(now), Some(then)) => Some(now.saturating_sub(then)),
+            _ => None,
+        };
+        (self.cpu.saturating_sub(earlier.cpu), waited)
+    }
 }
 
 pub struct Worker<'a> {
@@ -338,7 +365,7 @@ impl<'a> Worker<'a> {
     pub fn run(mut self) -> io::Result<Outcome> {
         let mut events = Events::with_capacity(1024);
         let started = Instant::now();
-        let mut cpu_mark = (started >= self.setup.measure_from).then(thread_cpu_time);
+        let mut clock_mark = (started >= self.setup.measure_from).then(ThreadClock::now);
         let mut next_tick = started + TICK;
         let drain_deadline = self.setup.end.map(|end| end + self.setup.timeout);
         for slot in 0..self.conns.len() {
@@ -346,8 +373,8 @@ impl<'a> Worker<'a> {
         }
         let finished = loop {
             let now = Instant::now();
-            if cpu_mark.is_none() && now >= self.setup.measure_from {
-                cpu_mark = Some(thread_cpu_time());
+            if clock_mark.is_none() && now >= self.setup.measure_from {
+                clock_mark = Some(ThreadClock::now());
             }
             if self.setup.interrupt.load(Ordering::Relaxed) {
                 break now;
@@ -398,11 +425,12 @@ impl<'a> Worker<'a> {
         };
         self.setup.progress.store(self.resolved(), Ordering::Relaxed);
         let measured_from = self.setup.measure_from.max(started);
-        let cpu = cpu_mark.map_or(Duration::ZERO, |mark| thread_cpu_time().saturating_sub(mark));
+        let (cpu, waited) = clock_mark.map_or((Duration::ZERO, None), |mark| ThreadClock::now().since(mark));
         Ok(Outcome {
             stats: self.stats,
             rows: self.rows,
             cpu,
+            waited,
             wall: finished.saturating_duration_since(measured_from),
             finished,
         })

@@ -30,6 +30,8 @@ const WAKE: Token = Token(usize::MAX);
 /// Listener `i` has token `LISTENER_BASE - i`.
 const LISTENER_BASE: usize = usize::MAX - 1;
 const TICK: Duration = Duration::from_secs(1);
+/// How often exited CGI programs are looked for while some are pending.
+const REAP_POLL: Duration = Duration::from_millis(2);
 /// Connections accepted per listener per loop turn, so a flood of new
 /// connections cannot starve the ones already open.
 const ACCEPT_BATCH: usize = 64;
@@ -72,7 +74,12 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     let mut shutdown_deadline: Option<Instant> = None;
 
     loop {
-        let timeout = next_tick.saturating_duration_since(w.now);
+        // A program that closed its output usually exits a moment later:
+        // look again soon rather than at the next tick.
+        let mut timeout = next_tick.saturating_duration_since(w.now);
+        if w.reaper.has_pending() {
+            timeout = timeout.min(REAP_POLL);
+        }
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 crate::log!(Level::Error, "worker {index}: poll failed: {e}");
@@ -105,6 +112,9 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                 }
             }
         }
+        if w.reaper.has_pending() {
+            w.reaper.tick(w.now, &shared.cgi_running);
+        }
         if shutdown_deadline.is_none() && w.shutting_down() {
             // Stop accepting; idle connections close now, busy ones after
             // their current response.
@@ -128,7 +138,6 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                     close(&mut w, &mut conns, key);
                 }
             }
-            w.reaper.tick(w.now, &shared.cgi_running);
             w.log.flush();
         }
         if let Some(deadline) = shutdown_deadline {

@@ -673,6 +673,10 @@ impl Reaper {
         }
     }
 
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Retries the pending ones; kills those past their grace.
     pub fn tick(&mut self, now: Instant, running: &std::sync::atomic::AtomicUsize) {
         self.pending.retain(|&(pid, deadline)| {

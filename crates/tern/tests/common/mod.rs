@@ -165,9 +165,9 @@ impl Response {
     }
 }
 
-/// Splits raw bytes holding consecutive responses (with Content-Length or
-/// none for bodiless ones) into responses. `head_requests` marks responses
-/// to HEAD (no body despite Content-Length).
+/// Splits raw bytes holding consecutive responses into responses, decoding
+/// chunked bodies; a body without length or chunking runs to the end.
+/// `head_requests` marks responses to HEAD (no body whatever the head says).
 pub fn parse_responses(mut raw: &[u8], head_requests: &[bool]) -> Vec<Response> {
     let mut out = Vec::new();
     while !raw.is_empty() {
@@ -181,14 +181,31 @@ pub fn parse_responses(mut raw: &[u8], head_requests: &[bool]) -> Vec<Response> 
                 (n.to_ascii_lowercase(), v.trim().to_string())
             })
             .collect();
-        let is_head = head_requests.get(out.len()).copied().unwrap_or(false);
-        let len: usize = if is_head || status == 304 || status == 204 {
-            0
+        let value = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        raw = &raw[end + 4..];
+        let bodiless = head_requests.get(out.len()).copied().unwrap_or(false) || status == 304 || status == 204;
+        let mut body = Vec::new();
+        if bodiless {
+        } else if value("transfer-encoding") == Some("chunked") {
+            loop {
+                let line_end = find(raw, b"\r\n").expect("chunk size line");
+                let size = usize::from_str_radix(std::str::from_utf8(&raw[..line_end]).unwrap(), 16).unwrap();
+                raw = &raw[line_end + 2..];
+                if size == 0 {
+                    raw = &raw[2..];
+                    break;
+                }
+                body.extend_from_slice(&raw[..size]);
+                raw = &raw[size + 2..];
+            }
+        } else if let Some(len) = value("content-length") {
+            let len: usize = len.parse().unwrap();
+            body.extend_from_slice(&raw[..len]);
+            raw = &raw[len..];
         } else {
-            headers.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap())
-        };
-        let body = raw[end + 4..end + 4 + len].to_vec();
-        raw = &raw[end + 4 + len..];
+            body.extend_from_slice(raw);
+            raw = &[];
+        }
         out.push(Response { status, headers, body });
     }
     out
