@@ -116,8 +116,10 @@ run_tern() {
     trate=$(jq '.requests_per_s' "$tmp/out")
     terrs=$(jq -r '.errors | to_entries | map(select(.value > 0) | "\(.key) \(.value)") | join(" ")' "$tmp/out")
     tcpu=$(awk -v c="$cpu" -v n="$reqs" 'BEGIN { printf "%.3f", c * 1e6 / n }')
+    twait=$(jq -r '[.generator.threads[].waiting // 0] | max * 100 | floor' "$tmp/out")
 }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 wrk_rates=() wrk_cpus=() tern_rates=() tern_cpus=()
 rows=()
 for run in $(seq "$RUNS"); do
@@ -126,7 +128,7 @@ for run in $(seq "$RUNS"); do
     if ((run % 2)); then run_wrk; run_tern; else run_tern; run_wrk; fi
     wrk_rates+=("$rate") wrk_cpus+=("$wcpu")
     tern_rates+=("$trate") tern_cpus+=("$tcpu")
-    rows+=("$(printf '| %d | %.0f | %s | %.0f | %s |' "$run" "$rate" "$wcpu" "$trate" "$tcpu")")
+    rows+=("$(printf '| %d | %.0f | %s | %.0f | %s | %s%% |' "$run" "$rate" "$wcpu" "$trate" "$tcpu" "$twait")")
     if [[ -n $errs || -n $terrs ]]; then
         echo "run $run errors: wrk: ${errs:-none}; tern: ${terrs:-none}" >&2
     fi
@@ -136,12 +138,14 @@ wr=$(median "${wrk_rates[@]}") wc=$(median "${wrk_cpus[@]}")
 tr=$(median "${tern_rates[@]}") tc=$(median "${tern_cpus[@]}")
 
 echo
-echo "nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), $NGINX_WORKERS worker(s); 1 KiB file; -t$THREADS -c$CONNS -d${DURATION}s; $cpus CPUs$([[ ${#gen_pin[@]} -gt 0 ]] && echo ", generator on CPU 0, nginx on CPU $((cpus - 1))")"
+echo "tern $(git -C "$repo" rev-parse --short HEAD 2>/dev/null), wrk $(wrk -v 2>&1 | head -1 | cut -d" " -f2), nginx $("$NGINX" -v 2>&1 | sed 's/.*\///'), $NGINX_WORKERS worker(s); 1 KiB file; -t$THREADS -c$CONNS -d${DURATION}s; $cpus CPUs$([[ ${#gen_pin[@]} -gt 0 ]] && echo ", generator on CPU 0, nginx on CPU $((cpus - 1))")"
 echo
-echo "| run | wrk req/s | wrk CPU µs/req | tern bench req/s | tern bench CPU µs/req |"
-echo "|---|---|---|---|---|"
+echo "| run | wrk req/s | wrk CPU µs/req | tern bench req/s | tern bench CPU µs/req | tern bench waited for a CPU |"
+echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
-printf '| median | %.0f | %s | %.0f | %s |\n' "$wr" "$wc" "$tr" "$tc"
+printf '| median | %.0f | %s | %.0f | %s | |\n' "$wr" "$wc" "$tr" "$tc"
+echo
+echo "load average before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 awk -v tr="$tr" -v wr="$wr" -v tc="$tc" -v wc="$wc" 'BEGIN {
     printf "rate ratio tern/wrk: %.3f (target >= 1.0)\n", tr / wr

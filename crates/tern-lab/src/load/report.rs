@@ -418,15 +418,16 @@ impl fmt::Display for Report {
         }
         let g = &self.generator;
         let loads: Vec<String> = g.threads.iter().map(|t| format!("{:.0}%", t.utilization * 100.0)).collect();
+        let waits: Vec<String> =
+            g.threads.iter().filter_map(|t| t.waiting).map(|w| format!("{:.0}%", w * 100.0)).collect();
+        let waited = if waits.is_empty() { String::new() } else { format!(" (waited for a CPU {})", waits.join(" ")) };
         writeln!(
             f,
-            "  generator CPU {} per thread, {:.2} us per request; {} connects while measuring",
+            "  generator CPU {} per thread{waited}, {:.2} us per request; {} connects while measuring",
             loads.join(" "),
             g.cpu_us_per_request,
             count(self.connects)
         )?;
-        let waits: Vec<String> =
-            g.threads.iter().filter_map(|t| t.waiting).map(|w| format!("{:.0}%", w * 100.0)).collect();
         if g.contended {
             writeln!(
                 f,
