@@ -5,14 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# curl: a real client in the end-to-end tests; strace and util-linux (taskset)
-# for the syscall and CPU-affinity checks.
-scripts/ensure-packages.sh curl util-linux
+# curl: a real client in the end-to-end tests; util-linux (taskset) for the
+# CPU-affinity check; perl and python3 run CGI programs in the CGI tests; gcc
+# and make build the C gateway and test programs.
+scripts/ensure-packages.sh curl util-linux perl python3 gcc make
+
+echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
+make -C gateway test
 
 echo "== cargo test (workspace)"
 cargo test --workspace --locked
-
-echo "== gateway (C library)"
-make -C gateway test
 
 echo "all tests passed"

@@ -303,6 +303,9 @@ pub struct Cgi {
     /// Environment variables passed through from tern's own environment.
     /// Default `["PATH", "LANG", "LC_ALL", "TZ"]`.
     pub pass_env: Vec<String>,
+    /// Fixed variables for every program: `{ APP_MODE = "demo" }`
+    /// (meta-variables win over them). Default none.
+    pub env: BTreeMap<String, String>,
     /// Bytes read from a program's output per read. Default `"64KiB"`.
     pub pipe_buffer: Bytes,
 }
@@ -318,6 +321,7 @@ impl Default for Cgi {
             timeout: Seconds(Duration::from_secs(30)),
             max_processes: 64,
             pass_env: ["PATH", "LANG", "LC_ALL", "TZ"].iter().map(|s| (*s).to_string()).collect(),
+            env: BTreeMap::new(),
             pipe_buffer: Bytes(64 * 1024),
         }
     }

@@ -59,6 +59,7 @@ pub struct Settings {
     /// Extensions without the dot.
     extensions: Vec<String>,
     interpreters: Vec<(String, PathBuf)>,
+    /// Passed-through and fixed variables, before the meta-variables.
     pass_env: Vec<(OsString, OsString)>,
     /// The document root as an absolute path, for `PATH_TRANSLATED`,
     /// `SCRIPT_FILENAME` and executing the program.
@@ -87,7 +88,12 @@ impl Settings {
                 .iter()
                 .map(|(e, i)| (e.trim_start_matches('.').to_string(), i.into()))
                 .collect(),
-            pass_env: c.pass_env.iter().filter_map(|k| std::env::var_os(k).map(|v| (OsString::from(k), v))).collect(),
+            pass_env: c
+                .pass_env
+                .iter()
+                .filter_map(|k| std::env::var_os(k).map(|v| (OsString::from(k), v)))
+                .chain(c.env.iter().map(|(k, v)| (k.into(), v.into())))
+                .collect(),
             root,
             timeout: c.timeout.0,
             pipe_buffer: c.pipe_buffer.usize(),
