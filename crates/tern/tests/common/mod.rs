@@ -110,11 +110,28 @@ impl Drop for Tern {
 /// server closes or `silence` passes with nothing new (the corpus replay
 /// rule).
 pub fn exchange(addr: SocketAddr, bytes: &[u8], silence: Duration) -> Vec<u8> {
+    exchange_until_close(addr, bytes, silence).0
+}
+
+/// As [`exchange`]; also says whether the server closed the connection
+/// (rather than falling silent).
+pub fn exchange_until_close(addr: SocketAddr, bytes: &[u8], silence: Duration) -> (Vec<u8>, bool) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(silence)).unwrap();
     let _ = s.write_all(bytes);
     let _ = s.shutdown(Shutdown::Write);
-    read_until_close(&mut s)
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+                return (out, false)
+            }
+            Err(_) => return (out, true),
+        }
+    }
 }
 
 /// Reads until EOF, an error, or a read timeout.
