@@ -353,3 +353,29 @@ fn a_server_stall_shows_in_open_loop_p99_and_hides_in_closed_loop() {
     assert!(closed.latency.service.p99_us < 100_000, "closed-loop p99 {}us", closed.latency.service.p99_us);
     assert!(closed.latency.service.p99_us * 5 < response.p99_us);
 }
+
+/// A server that goes away mid-run: the requests it swallowed are read
+/// errors, reconnecting is refused (connect errors, paced by the back-off
+/// rather than spinning), and the run still ends on time.
+#[test]
+fn a_vanishing_server_gives_read_and_connect_errors() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/gone", listener.local_addr().unwrap());
+    let mut o = opts(2, 1, Stop::Duration(Duration::from_millis(600)));
+    o.timeout = Duration::from_secs(2);
+    let started = Instant::now();
+    let r = std::thread::scope(|s| {
+        s.spawn(move || {
+            // Accepts nothing, then closes: queued connections are reset.
+            std::thread::sleep(Duration::from_millis(200));
+            drop(listener);
+        });
+        run(&plan(&url), &o)
+    });
+    assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
+    assert_eq!(r.requests, 0);
+    assert!(r.errors.read >= 1, "{:?}", r.errors);
+    assert!(r.errors.connect >= 10, "{:?}", r.errors);
+    assert!(r.errors.connect <= 200, "reconnects are not paced: {:?}", r.errors);
+    assert_eq!(r.errors.timeout, 0, "{:?}", r.errors);
+}

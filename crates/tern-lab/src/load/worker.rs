@@ -304,6 +304,8 @@ pub struct Worker<'a> {
     stats: Stats,
     rows: Vec<Row>,
     inflight_total: usize,
+    /// Connections waiting out [`CONNECT_BACKOFF`].
+    backoffs: usize,
     depth: usize,
 }
 
@@ -358,6 +360,7 @@ impl<'a> Worker<'a> {
             rbuf: vec![0; READ_CHUNK + MAX_LINE + 1].into_boxed_slice(),
             rows,
             inflight_total: 0,
+            backoffs: 0,
             depth,
         })
     }
@@ -393,7 +396,12 @@ impl<'a> Worker<'a> {
                 break now;
             }
 
-            let mut wake = next_tick.min(now + MAX_SLEEP);
+            // The tick only matters while requests can time out or a
+            // connection waits to reconnect; otherwise sleep longer.
+            let mut wake = now + MAX_SLEEP;
+            if self.inflight_total > 0 || self.backoffs > 0 {
+                wake = wake.min(next_tick);
+            }
             if let Some(end) = self.setup.end.filter(|&e| e > now) {
                 wake = wake.min(end);
             }
@@ -484,6 +492,7 @@ impl<'a> Worker<'a> {
                 self.row(slot, &f, now, Err(ErrorClass::Connect));
             }
             self.conns[slot].retry_at = Some(now + CONNECT_BACKOFF);
+            self.backoffs += 1;
             return;
         }
         if p.measured && self.sched.open.is_some() && now.saturating_duration_since(p.intended) > LATE_AFTER {
@@ -731,6 +740,7 @@ impl<'a> Worker<'a> {
         self.conns[slot].inflight = inflight;
         if class == ErrorClass::Connect {
             self.conns[slot].retry_at = Some(now + CONNECT_BACKOFF);
+            self.backoffs += 1;
         }
         self.reset(slot);
     }
@@ -755,6 +765,7 @@ impl<'a> Worker<'a> {
             let c = &self.conns[slot];
             if c.retry_at.is_some_and(|at| at <= now) {
                 self.conns[slot].retry_at = None;
+                self.backoffs -= 1;
                 self.mark_free(slot);
                 continue;
             }
