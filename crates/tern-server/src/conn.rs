@@ -73,6 +73,12 @@ struct Timer {
 /// Responses gathered into one write while pipelined requests keep coming.
 const MAX_GATHERED: u64 = 64 * 1024;
 
+enum Sent {
+    All,
+    Wait,
+    Failed,
+}
+
 enum Fill {
     Got,
     Wait,
@@ -195,29 +201,15 @@ impl Conn {
     fn drive(&mut self, w: &mut Worker<'_>) -> Status {
         loop {
             match self.phase {
-                Phase::Send => {
-                    if !self.may_write {
-                        return Status::Open;
-                    }
-                    let before = self.out.written;
-                    let result = self.out.flush(self.sock.as_fd());
-                    self.timer.bytes += self.out.written - before;
-                    match result {
-                        Ok(Flushed::All) => {
-                            if let Some(status) = self.sent(w) {
-                                return status;
-                            }
-                        }
-                        Ok(Flushed::Blocked) => {
-                            self.may_write = false;
-                            return Status::Open;
-                        }
-                        Err(err) => {
-                            crate::log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
-                            return Status::Closed;
+                Phase::Send => match self.flush() {
+                    Sent::All => {
+                        if let Some(status) = self.sent(w) {
+                            return status;
                         }
                     }
-                }
+                    Sent::Wait => return Status::Open,
+                    Sent::Failed => return Status::Closed,
+                },
                 Phase::Head => {
                     if self.rpos < self.rbuf.len() {
                         match self.parse(w) {
@@ -267,20 +259,10 @@ impl Conn {
                 }
                 Phase::Backend => {
                     if !self.out.is_empty() {
-                        if !self.may_write {
-                            return Status::Open;
-                        }
-                        let before = self.out.written;
-                        let result = self.out.flush(self.sock.as_fd());
-                        self.timer.bytes += self.out.written - before;
-                        match result {
-                            Ok(Flushed::All) => {}
-                            Ok(Flushed::Blocked) => {
-                                self.may_write = false;
-                                return Status::Open;
-                            }
-                            Err(err) => {
-                                crate::log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
+                        match self.flush() {
+                            Sent::All => {}
+                            Sent::Wait => return Status::Open,
+                            Sent::Failed => {
                                 self.abort_backend(w);
                                 return Status::Closed;
                             }
@@ -291,6 +273,27 @@ impl Conn {
                     }
                 }
                 Phase::Linger => return self.linger(w),
+            }
+        }
+    }
+
+    /// Writes queued output as far as the socket takes it.
+    fn flush(&mut self) -> Sent {
+        if !self.may_write {
+            return Sent::Wait;
+        }
+        let before = self.out.written;
+        let result = self.out.flush(self.sock.as_fd());
+        self.timer.bytes += self.out.written - before;
+        match result {
+            Ok(Flushed::All) => Sent::All,
+            Ok(Flushed::Blocked) => {
+                self.may_write = false;
+                Sent::Wait
+            }
+            Err(err) => {
+                crate::log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
+                Sent::Failed
             }
         }
     }
