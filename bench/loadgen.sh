@@ -102,7 +102,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 
 
 run_wrk() {
     local cpu reqs
-    cpu=$(cpu_of "${gen_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" "$url")
+    cpu=$(cpu_of timeout -k 5 $((DURATION + 20)) "${gen_pin[@]}" wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" "$url")
     reqs=$(awk '/requests in/ { print $1 }' "$tmp/out")
     rate=$(awk '/Requests\/sec/ { print $2 }' "$tmp/out")
     errs=$(awk '/Socket errors|Non-2xx/ { printf "%s ", $0 }' "$tmp/out")
@@ -111,7 +111,7 @@ run_wrk() {
 
 run_tern() {
     local cpu reqs
-    cpu=$(cpu_of "${gen_pin[@]}" "$TERN" bench -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --json "$url")
+    cpu=$(cpu_of timeout -k 5 $((DURATION + 20)) "${gen_pin[@]}" "$TERN" bench -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --json "$url")
     reqs=$(jq '.requests' "$tmp/out")
     trate=$(jq '.requests_per_s' "$tmp/out")
     terrs=$(jq -r '.errors | to_entries | map(select(.value > 0) | "\(.key) \(.value)") | join(" ")' "$tmp/out")
