@@ -364,33 +364,50 @@ load_phase() {
     done
 }
 
-# System calls per keep-alive request: strace -f -c on every thread of the
-# server while one wrk connection makes sequential requests for 1 KiB.
-strace_phase() {
-    local name=$1 sfile=$RUNDIR/strace-1k.txt wfile=$RUNDIR/wrk-strace-1k.txt
+# strace_session OUTFILE CMD...: strace -f -c attached to every process of the
+# server (-f takes in all their threads) while CMD runs; sets TRACED_S to the
+# seconds strace was attached. CMD's exit status is ignored.
+strace_session() {
+    local sfile=$1; shift
     local -a args=()
-    local tid
-    for tid in $(tree_tids "$SRV_PID"); do args+=(-p "$tid"); done
-    strace -f -c -o "$sfile" "${args[@]}" 2>"$RUNDIR/strace.err" &
-    local spid=$!
+    local pid attached t0 t1 spid n=0
+    for pid in $(proc_tree "$SRV_PID"); do args+=(-p "$pid"); n=$((n + 1)); done
+    strace -f -c -o "$sfile" "${args[@]}" 2>"$sfile.err" &
+    spid=$!
     BENCH_PIDS+=("$spid")
-    # Wait until strace has attached to every thread.
-    local n=$((${#args[@]} / 2))
-    local attached
-    for _ in $(seq 1 100); do
-        attached=$(grep -c 'attached' "$RUNDIR/strace.err" 2>/dev/null) || true
+    for _ in $(seq 1 100); do   # until every process reports "attached"
+        attached=$(grep -c 'attached' "$sfile.err" 2>/dev/null) || true
         ((${attached:-0} >= n)) && break
         sleep 0.05
     done
-    sleep 0.3
-    timeout -k 5 $((STRACE_DUR + 30)) "${CLIENT_PIN[@]}" wrk -t1 -c1 -d"${STRACE_DUR}s" --timeout 5s \
-        "http://127.0.0.1:$PORT/1k.bin" >"$wfile" 2>&1 || echo "wrk exited with $?" >>"$wfile"
-    sleep 0.2
+    t0=$(date +%s.%N)
+    "$@" || true
     kill -INT "$spid" 2>/dev/null || true
     wait "$spid" 2>/dev/null || true
+    t1=$(date +%s.%N)
     forget_pid "$spid"
-    printf '{"kind":"strace","server":"%s","strace_file":"%s","wrk_file":"%s","threads_traced":%d,"method":"strace -f -c on all server threads; wrk -t1 -c1 -d%ss; calls / requests wrk completed"}\n' \
-        "$name" "$sfile" "$wfile" "$n" "$STRACE_DUR" >>"$RUNS"
+    TRACED_S=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')
+}
+
+# System calls per keep-alive request for 1 KiB: first the server's idle rate
+# (strace attached, no traffic, 2 s), then strace attached while wrk -t1 -c1
+# makes sequential requests on one connection for STRACE_DUR seconds.
+# Reported: (calls - idle rate * traced seconds) / requests wrk completed,
+# and the raw calls / requests.
+strace_phase() {
+    local name=$1 ifile=$RUNDIR/strace-idle.txt sfile=$RUNDIR/strace-1k.txt wfile=$RUNDIR/wrk-strace-1k.txt
+    local idle_s
+    strace_session "$ifile" sleep 2
+    idle_s=$TRACED_S
+    strace_session "$sfile" timeout -k 5 $((STRACE_DUR + 30)) "${CLIENT_PIN[@]}" \
+        wrk -t1 -c1 -d"${STRACE_DUR}s" --timeout 5s "http://127.0.0.1:$PORT/1k.bin" >"$wfile" 2>&1
+    if ! grep -q 'requests in' "$wfile" || grep -q 'unable to connect' "$wfile" || ! kill -0 "$SRV_PID" 2>/dev/null; then
+        bench_banner "$name: the syscall-count run failed (server alive: $(kill -0 "$SRV_PID" 2>/dev/null && echo yes || echo NO))" \
+                     "$(head -n 3 "$wfile" | tr '\n' ' ')"
+        echo "$name: syscall count failed: $(head -n 1 "$wfile")" >>"$SKIPS"
+    fi
+    printf '{"kind":"strace","server":"%s","strace_file":"%s","idle_strace_file":"%s","idle_traced_s":%s,"traced_s":%s,"wrk_file":"%s","method":"strace -f -c on all server processes (all threads) while wrk -t1 -c1 -d%ss makes sequential keep-alive requests; (calls - idle calls/s x traced s) / requests wrk completed"}\n' \
+        "$name" "$sfile" "$ifile" "$idle_s" "$TRACED_S" "$wfile" "$STRACE_DUR" >>"$RUNS"
 }
 
 # Idle RSS (after start + one request per size) and RSS with IDLE_CONNS idle
