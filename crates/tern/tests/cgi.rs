@@ -482,7 +482,7 @@ fn no_zombies_or_leaked_descriptors_after_many_requests() {
 }
 
 fn corpus() -> Vec<serde_json::Value> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/http1-corpus");
+    let dir = common::corpus_dir();
     let mut out = Vec::new();
     for f in ["httpd-chunk-cl.jsonl", "httpd-http-strict.jsonl", "llhttp-requests.jsonl"] {
         for line in std::fs::read_to_string(dir.join(f)).unwrap().lines() {

@@ -5,17 +5,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use base64::Engine;
-use common::{exchange_until_close, statuses, Tern, IO_METHODS};
-
-fn corpus_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/http1-corpus");
-    assert!(dir.is_dir(), "the shared corpus is expected at {}", dir.display());
-    dir
-}
+use common::{corpus_dir, exchange_until_close, statuses, Tern, IO_METHODS};
 
 struct Vector {
     id: String,

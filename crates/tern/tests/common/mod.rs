@@ -10,6 +10,23 @@ use std::time::{Duration, Instant};
 
 pub const IO_METHODS: [&str; 3] = ["sendfile", "mmap", "read"];
 
+/// The shared HTTP/1.1 request corpus: `$TERN_HTTP1_CORPUS`, else
+/// `../shared/http1-corpus` beside the repository, else this machine's
+/// `/work/shared/http1-corpus` (a clean clone may live anywhere).
+pub fn corpus_dir() -> PathBuf {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let candidates = [
+        std::env::var_os("TERN_HTTP1_CORPUS").map(PathBuf::from),
+        Some(repo.join("../shared/http1-corpus")),
+        Some(PathBuf::from("/work/shared/http1-corpus")),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|d| d.join("README.md").is_file())
+        .expect("the shared HTTP/1.1 corpus: set TERN_HTTP1_CORPUS to its directory")
+}
+
 /// A running `tern serve`, stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Tern {
     pub child: Child,
