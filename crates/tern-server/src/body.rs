@@ -124,6 +124,15 @@ impl OutQueue {
     /// Writes as much as the socket takes.
     pub fn flush(&mut self, sock: BorrowedFd<'_>) -> io::Result<Flushed> {
         loop {
+            match self.flush_once(sock) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn flush_once(&mut self, sock: BorrowedFd<'_>) -> io::Result<Flushed> {
+        loop {
             let Some(front) = self.segments.front() else {
                 self.buf.clear();
                 self.committed = 0;

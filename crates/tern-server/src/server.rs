@@ -99,11 +99,10 @@ impl Server {
         for (index, listeners) in per_worker.into_iter().enumerate() {
             let shared = shared.clone();
             let waker_tx = waker_tx.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("tern-worker-{index}"))
-                    .spawn(move || event::run(&shared, index, listeners, waker_tx))?,
-            );
+            threads.push(std::thread::Builder::new().name(format!("tern-worker-{index}")).spawn(move || {
+                sys::block_shutdown_signals();
+                event::run(&shared, index, listeners, waker_tx)
+            })?);
         }
         drop(waker_tx);
         let mut wakers = Vec::with_capacity(workers);

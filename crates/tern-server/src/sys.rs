@@ -68,3 +68,18 @@ pub fn shutdown_write(fd: BorrowedFd<'_>) {
 pub fn would_block(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock
 }
+
+/// Blocks the shutdown signals in the calling thread, so they are delivered
+/// to the thread that waits for them and never interrupt a worker's
+/// system calls.
+pub fn block_shutdown_signals() {
+    // SAFETY: plain libc calls on a local, initialised signal set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
