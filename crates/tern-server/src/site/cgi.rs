@@ -118,9 +118,7 @@ impl Settings {
             .prefixes
             .iter()
             .find(|p| rel == p.as_slice() || (rel.starts_with(p) && rel.get(p.len()) == Some(&b'/')));
-        let mut ends: Vec<usize> = memchr::memchr_iter(b'/', rel).collect();
-        ends.push(rel.len());
-        for end in ends {
+        for end in memchr::memchr_iter(b'/', rel).chain(std::iter::once(rel.len())) {
             let candidate = &rel[..end];
             let name = candidate.rsplit(|&b| b == b'/').next().unwrap_or(candidate);
             let eligible = prefix.is_some_and(|p| end > p.len()) || self.is_program_name(name);
