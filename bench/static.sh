@@ -30,6 +30,11 @@
 #       --skip-build        do not run cargo build           SKIP_BUILD=1
 #       --no-strace         skip the syscall count           NO_STRACE=1
 #       --no-rss            skip the memory measurements     NO_RSS=1
+#       --sequential        one server at a time: start, warm up, all its
+#                           runs, stop (default: every server up at once and
+#                           the runs interleaved, rotating, so that noise
+#                           from other work on the machine is shared)
+#                                                            SEQUENTIAL=1
 #   -h, --help
 # Output: tables on stdout; everything (configs, logs, raw wrk/strace output,
 # results.json) in bench/out/static-YYYYmmdd-HHMMSS/, results also copied to
@@ -54,6 +59,7 @@ PIN=${PIN:-1}
 SKIP_BUILD=${SKIP_BUILD:-0}
 NO_STRACE=${NO_STRACE:-0}
 NO_RSS=${NO_RSS:-0}
+SEQUENTIAL=${SEQUENTIAL:-0}
 
 readonly PACKAGES=(nginx lighttpd h2o wrk strace curl gcc libc6-dev python3 procps iproute2 util-linux)
 readonly ALL_SERVERS=(nginx lighttpd h2o minimal tern-sendfile tern-mmap tern-read)
@@ -78,6 +84,7 @@ parse_args() {
             --skip-build) SKIP_BUILD=1; shift ;;
             --no-strace) NO_STRACE=1; shift ;;
             --no-rss) NO_RSS=1; shift ;;
+            --sequential) SEQUENTIAL=1; shift ;;
             -h|--help) usage 0 ;;
             *) echo "unknown option: $1" >&2; usage 2 ;;
         esac
@@ -197,6 +204,7 @@ write_meta() {
         printf 'warmup_s\t%s\n' "$WARMUP"
         printf 'strace_duration_s\t%s\n' "$STRACE_DUR"
         printf 'idle_conns\t%s\n' "$IDLE_CONNS"
+        printf 'order\t%s\n' "$( ((SEQUENTIAL)) && echo "sequential: one server at a time" || echo "interleaved: all servers up, one run each per round, order rotated per round")"
         printf 'pinning\t%s\n' "$( ((PIN)) && echo "server on CPU $SERVER_CPUS, load generator on CPU $CLIENT_CPUS" || echo none)"
         printf 'clk_tck\t%s\n' "$(getconf CLK_TCK)"
     } >"$meta"
@@ -454,6 +462,63 @@ bench_server() {
     stop_server
 }
 
+# ---- interleaved order (the default): on a shared machine, noise from other
+# work then falls on every server alike instead of on whichever ran when it
+# happened.
+declare -A S_PID=() S_PORT=() S_DIR=()
+remember_server() { S_PID[$1]=$SRV_PID; S_PORT[$1]=$PORT; S_DIR[$1]=$RUNDIR; }
+use_server() { SRV_PID=${S_PID[$1]}; PORT=${S_PORT[$1]}; RUNDIR=${S_DIR[$1]}; }
+
+# Memory per server, each alone and fresh; then every server up at once (idle
+# ones cost nothing), and for each size: a warm-up of each, then REPS rounds
+# of one run per server, the order rotated each round; then the syscall
+# counts, one server at a time.
+run_interleaved() {
+    local name size rep i n
+    local -a up=() here=()
+    if [[ $NO_RSS != 1 ]]; then
+        for name in "${SERVER_LIST[@]}"; do
+            bench_log "=== $name: memory"
+            start_checked "$name" mem || continue
+            rss_phase "$name"
+            stop_server
+        done
+    fi
+    bench_log "=== starting every server for the load runs"
+    for name in "${SERVER_LIST[@]}"; do
+        start_checked "$name" load || continue
+        remember_server "$name"
+        up+=("$name")
+    done
+    for size in "${SIZE_LIST[@]}"; do
+        here=()
+        for name in "${up[@]}"; do [[ $name == minimal && $size != 1k ]] || here+=("$name"); done
+        n=${#here[@]}
+        ((n > 0)) || continue
+        bench_log "$size: warm-up ${WARMUP}s each, then $REPS rounds of ${DUR}s runs: ${here[*]}"
+        for name in "${here[@]}"; do
+            use_server "$name"
+            wrk_run "$name" "$size" warmup "$WARMUP" "$CONNS" "$THREADS"
+        done
+        for rep in $(seq 1 "$REPS"); do
+            for ((i = 0; i < n; i++)); do
+                name=${here[(i + rep - 1) % n]}
+                use_server "$name"
+                wrk_run "$name" "$size" "$rep" "$DUR" "$CONNS" "$THREADS"
+                bench_log "$size round $rep: $name $(awk '/^Requests\/sec/ {print $2 " req/s"}' "$RUNDIR/wrk-$size-$rep.txt")"
+            done
+        done
+    done
+    for name in "${up[@]}"; do
+        use_server "$name"
+        if [[ $NO_STRACE != 1 ]]; then
+            bench_log "=== $name: syscalls per request"
+            strace_phase "$name"
+        fi
+        stop_server
+    done
+}
+
 main() {
     COMMAND_LINE="bench/static.sh${*:+ $*}"
     parse_args "$@"
@@ -463,7 +528,11 @@ main() {
     setup
     build_tern
     local start=$SECONDS name
-    for name in "${SERVER_LIST[@]}"; do bench_server "$name"; done
+    if [[ $SEQUENTIAL == 1 ]]; then
+        for name in "${SERVER_LIST[@]}"; do bench_server "$name"; done
+    else
+        run_interleaved
+    fi
     printf 'loadavg_end\t%s\nelapsed_s\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" $((SECONDS - start)) >>"$OUT/meta.tsv"
     python3 "$ROOT/bench/lib/static_report.py" "$OUT" | tee "$OUT/report.txt"
     cp "$OUT/results.json" "$ROOT/bench/out/static-latest.json"

@@ -190,7 +190,7 @@ def main():
     p(f"load: {meta.get('wrk')}, -t{meta.get('threads')} -c{meta.get('connections')} "
       f"-d{meta.get('duration_s')}s --latency, keep-alive, {meta.get('reps')} reps (median by req/s shown), "
       f"{meta.get('warmup_s')} s warm-up per size; {meta.get('workers')} workers per server; "
-      f"pinning: {meta.get('pinning')}")
+      f"pinning: {meta.get('pinning')}; order: {meta.get('order')}")
     p(f"load average at start {meta.get('loadavg_start')}, at end {meta.get('loadavg_end')}; "
       f"run took {meta.get('elapsed_s')} s")
     p("columns: CPU us/req and req/s/core from the server's own utime+stime (whole process tree); "
