@@ -9,9 +9,10 @@
 #   whole process tree from /proc, before/after each run), requests/s per
 #   server core, GiB/s, and the ratio of each tern I/O method to each peer.
 # Then, per server: system calls per keep-alive request for the 1 KiB file
-# (strace -f -c attached to all its threads while wrk -t1 -c1 makes sequential
-# requests on one connection; total calls / requests wrk completed), idle RSS
-# and RSS with N idle keep-alive connections that each made one request.
+# (strace -f -c attached to all its processes and threads while wrk -t1 -c1
+# makes sequential requests on one connection; calls minus the server's idle
+# rate, divided by the requests wrk completed), idle RSS and RSS with N idle
+# keep-alive connections that each made one request (bench/lib/idleconns.c).
 # By default the server is pinned to CPU 0 and the load generator to CPU 1.
 #
 # Usage: bench/static.sh [options]      (each option also has an env variable)
@@ -65,7 +66,12 @@ readonly PACKAGES=(nginx lighttpd h2o wrk strace curl gcc libc6-dev python3 proc
 readonly ALL_SERVERS=(nginx lighttpd h2o minimal tern-sendfile tern-mmap tern-read)
 declare -A SIZE_BYTES=([1k]=1024 [40k]=40960 [1m]=1048576)
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() {
+    local text
+    text=$(sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//')
+    if [[ ${1:-0} == 0 ]]; then echo "$text"; else echo "$text" >&2; fi
+    exit "${1:-0}"
+}
 
 parse_args() {
     while [[ $# -gt 0 ]]; do
