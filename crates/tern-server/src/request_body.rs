@@ -84,7 +84,7 @@ mod tests {
 
         let mut r = BodyReader::new(BodyFraming::Chunked, 100).unwrap();
         let mut got = Vec::new();
-        assert_eq!(r.feed(b"3\r\nabc\r\n0\r\n\r\nX", |d| got.extend_from_slice(d)), Ok((15, true)));
+        assert_eq!(r.feed(b"3\r\nabc\r\n0\r\n\r\nX", |d| got.extend_from_slice(d)), Ok((13, true)));
         assert_eq!(got, b"abc");
 
         let mut r = BodyReader::new(BodyFraming::Chunked, 2).unwrap();
