@@ -56,6 +56,17 @@ pub struct WorkerStats {
     pub open_file_misses: Counter,
     /// Entries in this worker's open-file table (gauge).
     pub open_files: Counter,
+    /// Requests that have arrived at this worker and are not answered
+    /// yet: connection events of the current epoll batch still to handle
+    /// (gauge; the load signal of `compress::load`).
+    pub in_flight: Counter,
+    /// Compressed responses sent from the cache.
+    pub compress_hits: Counter,
+    /// Requests for a compressed variant not in the cache.
+    pub compress_misses: Counter,
+    /// Misses answered uncompressed at once because the server was busy,
+    /// and queued for the background threads.
+    pub compress_deferred: Counter,
 }
 
 impl WorkerStats {
@@ -83,6 +94,10 @@ pub struct Totals {
     pub open_file_hits: u64,
     pub open_file_misses: u64,
     pub open_files: u64,
+    pub in_flight: u64,
+    pub compress_hits: u64,
+    pub compress_misses: u64,
+    pub compress_deferred: u64,
 }
 
 impl Totals {
@@ -103,6 +118,10 @@ impl Totals {
             t.open_file_hits += w.open_file_hits.get();
             t.open_file_misses += w.open_file_misses.get();
             t.open_files += w.open_files.get();
+            t.in_flight += w.in_flight.get();
+            t.compress_hits += w.compress_hits.get();
+            t.compress_misses += w.compress_misses.get();
+            t.compress_deferred += w.compress_deferred.get();
         }
         t
     }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use tern_http::request::Limits;
 
 use crate::access_log::AccessTarget;
+use crate::compress::Compression;
 use crate::config::Config;
 use crate::engine::event;
 use crate::metrics::WorkerStats;
@@ -58,7 +59,9 @@ impl Server {
             .map_err(|e| StartError::Config(format!("log.error: cannot open {}: {e}", config.log.error)))?;
         let access = AccessTarget::open(&config.log.access)
             .map_err(|e| StartError::Config(format!("log.access: cannot open {}: {e}", config.log.access)))?;
-        let site = Site::new(&config)?;
+        // Dropped on any error below, which also ends its threads.
+        let compression = Compression::start(&config)?;
+        let site = Site::new(&config, compression)?;
         let workers = if config.server.workers == 0 { sys::usable_cpus() } else { config.server.workers };
 
         // Each worker gets its own SO_REUSEPORT listener per address; the
@@ -139,7 +142,8 @@ impl Server {
     }
 
     /// Stops accepting, lets in-flight responses finish (up to
-    /// `server.shutdown_timeout`), and joins the workers.
+    /// `server.shutdown_timeout`), joins the workers, then stops the
+    /// background compression threads.
     pub fn stop(self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         for waker in &self.wakers {
@@ -148,5 +152,6 @@ impl Server {
         for worker in self.workers {
             let _ = worker.join();
         }
+        self.shared.site.compression.stop();
     }
 }

@@ -2,6 +2,7 @@
 //! the clock reading, the date cache, the open-file table, the access-log
 //! buffer, scratch buffers and a pool of I/O buffers.
 
+use std::os::fd::RawFd;
 use std::time::{Instant, SystemTime};
 
 use tern_http::date::DateCache;
@@ -49,6 +50,9 @@ pub struct Worker<'s> {
     pub path: Vec<u8>,
     /// Scratch for handlers (index paths, multipart heads).
     pub scratch: Vec<u8>,
+    /// This worker's listening sockets, while it accepts (their accept
+    /// queue is part of the load signal).
+    pub listeners: Vec<RawFd>,
 }
 
 impl<'s> Worker<'s> {
@@ -64,6 +68,7 @@ impl<'s> Worker<'s> {
             pool: BufPool::default(),
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
+            listeners: Vec::new(),
         }
     }
 

@@ -8,7 +8,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
@@ -57,6 +57,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     };
     let _ = ready.send(Ok(waker));
     let mut w = Worker::new(shared, index);
+    w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
     let mut conns: Slab<Conn> = Slab::with_capacity(1024);
     let mut events = Events::with_capacity(1024);
     let mut next_tick = w.now + TICK;
@@ -71,7 +72,12 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             }
         }
         w.tick_clock();
+        // Each event still to handle is a request waiting on this worker:
+        // the "in flight" half of the compression load signal.
+        let mut waiting = events.iter().count() as u64;
         for event in events.iter() {
+            w.stats.in_flight.set(waiting);
+            waiting -= 1;
             match event.token() {
                 WAKE => {}
                 Token(t) if t > LISTENER_BASE - listeners.len() && shutdown_deadline.is_none() => {
@@ -90,6 +96,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                 }
             }
         }
+        w.stats.in_flight.set(0);
         if shutdown_deadline.is_none() && w.shutting_down() {
             // Stop accepting; idle connections close now, busy ones after
             // their current response.
@@ -97,6 +104,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                 let _ = poll.registry().deregister(l);
             }
             listeners.clear();
+            w.listeners.clear();
             shutdown_deadline = Some(w.now + shared.config.server.shutdown_timeout.0);
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 
 use tern_http::Request;
 
+use crate::compress::Compression;
 use crate::config::Config;
 use crate::reply::Reply;
 use crate::worker::Worker;
@@ -17,15 +18,17 @@ use resolve::Root;
 pub struct Site {
     pub root: Root,
     pub static_files: static_files::Settings,
+    pub compression: Compression,
 }
 
 impl Site {
-    pub fn new(config: &Config) -> std::io::Result<Site> {
+    /// `compression` is started by the server (its background threads).
+    pub fn new(config: &Config, compression: Compression) -> std::io::Result<Site> {
         let s = &config.server;
         let root = Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
         })?;
-        Ok(Site { root, static_files: static_files::Settings::new(config) })
+        Ok(Site { root, static_files: static_files::Settings::new(config), compression })
     }
 
     /// Answers `req` into `reply`.
