@@ -483,6 +483,8 @@ fn precompressed_sidecars_are_served_when_not_older() {
     let r = c.get("/app.js", Some("gzip"));
     assert_eq!(r.header("content-encoding"), Some("gzip"));
     assert_eq!(r.body, side, "the sidecar's bytes");
+    let tag = r.header("etag").unwrap().to_string();
+    assert!(tag.contains("-gzip-"), "a sidecar variant has its own tag: {tag}");
     assert_eq!(c.get("/app.js", Some("gzip")).body, side, "cached");
     let s = status_json(tern.addr);
     assert_eq!((num(&s, &["sidecars"]), num(&s, &["codings", "gzip", "compressions"])), (1, 0));
@@ -499,6 +501,8 @@ fn precompressed_sidecars_are_served_when_not_older() {
         got = r.body;
     }
     assert_eq!(got, side2);
+    let r = c.get("/app.js", Some("gzip"));
+    assert_ne!(r.header("etag").unwrap(), tag, "new sidecar bytes, new strong tag");
     // A sidecar older than its file is ignored: tern compresses itself.
     std::fs::write(dir.path().join("old.js"), &text).unwrap();
     std::fs::write(dir.path().join("old.js.gz"), &side).unwrap();

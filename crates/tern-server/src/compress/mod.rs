@@ -293,13 +293,18 @@ pub(crate) fn make(
 
 /// A variant of `file` with its head lines formatted once: the file's type
 /// and date, the variant's own ETag (the file's with `-gzip`, `-br` or
-/// `-zstd` inside the quotes), `Content-Encoding` and `Vary`.
+/// `-zstd` inside the quotes, and for a sidecar its own mtime and size, so
+/// other sidecar bytes never share a strong tag), `Content-Encoding` and
+/// `Vary`.
 fn variant(file: &OpenFile, coding: Coding, body: Box<[u8]>, sidecar: Option<(Box<[u8]>, Identity)>) -> Entry {
     let inner = file.etag.strip_suffix(b"\"").unwrap_or(&file.etag);
-    let mut etag = Vec::with_capacity(file.etag.len() + 6);
+    let mut etag = Vec::with_capacity(file.etag.len() + 40);
     etag.extend_from_slice(inner);
     etag.push(b'-');
     etag.extend_from_slice(coding.token().as_bytes());
+    if let Some((_, side)) = &sidecar {
+        etag.extend_from_slice(format!("-{:x}.{:x}-{:x}", side.mtime_sec, side.mtime_nsec, side.size).as_bytes());
+    }
     etag.push(b'"');
     let mut headers = Vec::with_capacity(200);
     response::header(&mut headers, "Content-Type", file.content_type.as_bytes());
