@@ -62,9 +62,13 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     let mut events = Events::with_capacity(1024);
     let mut next_tick = w.now + TICK;
     let mut shutdown_deadline: Option<Instant> = None;
+    // Listeners that may still hold connections: readiness is
+    // edge-triggered, so after a full batch no new event would come for
+    // the connections left in the accept queue.
+    let mut backlog = vec![false; listeners.len()];
 
     loop {
-        let timeout = next_tick.saturating_duration_since(w.now);
+        let timeout = if backlog.contains(&true) { Duration::ZERO } else { next_tick.saturating_duration_since(w.now) };
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 crate::log!(Level::Error, "worker {index}: poll failed: {e}");
@@ -81,7 +85,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             match event.token() {
                 WAKE => {}
                 Token(t) if t > LISTENER_BASE - listeners.len() && shutdown_deadline.is_none() => {
-                    accept(&mut w, &poll, &listeners[LISTENER_BASE - t], &mut conns);
+                    backlog[LISTENER_BASE - t] = true;
                 }
                 Token(key) => {
                     let readable = event.is_readable() || event.is_error();
@@ -97,6 +101,12 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             }
         }
         w.stats.in_flight.set(0);
+        // New connections after the turn's requests, a batch per listener.
+        for (i, more) in backlog.iter_mut().enumerate() {
+            if *more {
+                *more = accept(&mut w, &poll, &listeners[i], &mut conns);
+            }
+        }
         if shutdown_deadline.is_none() && w.shutting_down() {
             // Stop accepting; idle connections close now, busy ones after
             // their current response.
@@ -105,6 +115,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             }
             listeners.clear();
             w.listeners.clear();
+            backlog.clear();
             shutdown_deadline = Some(w.now + shared.config.server.shutdown_timeout.0);
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
@@ -148,17 +159,19 @@ fn guarded(w: &mut Worker<'_>, conn: &mut Conn, f: impl FnOnce(&mut Conn, &mut W
     }
 }
 
-fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, conns: &mut Slab<Conn>) {
+/// Accepts up to a batch of connections; returns whether more may be
+/// waiting (the batch was used up).
+fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, conns: &mut Slab<Conn>) -> bool {
     let shared = w.shared;
     for _ in 0..ACCEPT_BATCH {
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 // EMFILE and the like: leave the rest in the backlog.
                 crate::log!(Level::Error, "accept failed: {e}");
-                return;
+                return false;
             }
         };
         // SAFETY: the descriptor comes straight from the accepted mio stream.
@@ -183,6 +196,7 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
         entry.insert(conn);
         w.stats.active.add(1);
     }
+    true
 }
 
 /// Answers a connection over the cap with `503` (best effort, never
