@@ -14,7 +14,9 @@
 //!
 //! A variant someone else is already making, or one the cache has no room
 //! for, is sent uncompressed: nothing waits and nothing is compressed twice.
-//! Range requests always get the identity representation.
+//! Range requests get the identity representation (unless the client
+//! refuses it). Files that are never compressed (type, size) are not
+//! negotiated at all: `Accept-Encoding` is disregarded for them.
 
 pub mod cache;
 pub mod codec;
@@ -47,8 +49,8 @@ pub enum Choice {
     Identity,
     /// A compressed variant from memory.
     Compressed(Arc<Entry>),
-    /// The client refuses identity and accepts nothing tern can make:
-    /// `406` (RFC 9110 §12.5.3).
+    /// The client refuses identity and accepts no coding tern can make
+    /// for this negotiated resource: `406` (RFC 9110 §12.5.3).
     NotAcceptable,
     /// The file on disk is no longer the one in the open-file table:
     /// resolve the path again and select anew.
@@ -145,10 +147,18 @@ impl Compression {
         file: &Arc<OpenFile>,
         fresh: bool,
     ) -> Choice {
+        // A resource that is never compressed is not subject to
+        // negotiation: `Accept-Encoding` is disregarded (RFC 9110 §12.1).
+        if !file.negotiable {
+            return Choice::Identity;
+        }
         let prefs = Preferences::parse(req.values("accept-encoding"));
-        let offered: &[Coding] =
-            if file.negotiable && req.fields.range.is_none() { &self.settings.offered } else { &[] };
-        let coding = match prefs.choose(offered) {
+        // A range is served from the identity representation, unless the
+        // client refuses that: then the range is ignored instead.
+        if req.fields.range.is_some() && prefs.quality(Coding::Identity) > 0 {
+            return Choice::Identity;
+        }
+        let coding = match prefs.choose(&self.settings.offered) {
             None => return Choice::NotAcceptable,
             Some(Coding::Identity) => return Choice::Identity,
             Some(c) => c,

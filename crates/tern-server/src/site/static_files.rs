@@ -143,7 +143,7 @@ pub fn serve(site: &Site, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut Work
                 }
                 Choice::Changed | Choice::Identity => send_file(site, req, reply, w, &file),
                 Choice::Compressed(entry) => send_variant(req, reply, &file, entry),
-                Choice::NotAcceptable => not_acceptable(reply, &file),
+                Choice::NotAcceptable => not_acceptable(reply),
             },
             Method::Options => allow(reply, 200),
             _ => allow(reply, 405),
@@ -258,12 +258,10 @@ fn not_modified(reply: &mut Reply<'_>, etag: &[u8], file: &OpenFile) {
 }
 
 /// `406`: the client refuses identity (`identity;q=0` or `*;q=0`) and
-/// accepts no coding tern can make for this file.
-fn not_acceptable(reply: &mut Reply<'_>, file: &OpenFile) {
+/// accepts no coding tern can make for this negotiated file.
+fn not_acceptable(reply: &mut Reply<'_>) {
     reply.head(406);
-    if file.negotiable {
-        reply.raw(VARY);
-    }
+    reply.raw(VARY);
     reply.header("Content-Type", b"text/html; charset=utf-8");
     reply.end_head(response::error_page_len(406) as u64);
     if reply.sends_body() {
