@@ -6,11 +6,11 @@
 //! (one `stat`, so a changed file is never served stale), then:
 //!
 //! 1. a fresh cached variant: a **hit**, sent from memory;
-//! 2. a precompressed sidecar (`file.gz`, `.br`, `.zst`) not older than the
-//!    file: loaded into the cache and sent;
-//! 3. otherwise a **miss** on a cold file: if the server is busy
+//! 2. otherwise a **miss** on a cold variant: if the server is busy
 //!    ([`load`]), the file is sent uncompressed at once and queued for the
-//!    background threads ([`workers`]); if not, it is compressed inline.
+//!    background threads ([`workers`]); if not, the variant is made inline.
+//!    Made means ([`Maker::fill`]): loaded from a precompressed sidecar
+//!    (`file.gz`, `.br`, `.zst`) not older than the file, else compressed.
 //!
 //! A variant someone else is already making, or one the cache has no room
 //! for, is sent uncompressed: nothing waits and nothing is compressed twice.
@@ -61,14 +61,11 @@ pub enum Choice {
 struct Settings {
     enabled: bool,
     offered: Vec<Coding>,
-    levels: Levels,
     min_size: u64,
-    max_size: u64,
     /// Exact types, and `type/` prefixes for `type/*`.
     mime_types: Vec<String>,
     adaptive: bool,
     thresholds: Thresholds,
-    sidecars: bool,
 }
 
 /// The compression machinery one server shares: settings, cache and
@@ -76,7 +73,21 @@ struct Settings {
 pub struct Compression {
     settings: Settings,
     pub cache: Arc<Cache>,
+    maker: Arc<Maker>,
     pub background: Background,
+}
+
+/// How a variant is made, by a worker inline or by a background thread:
+/// from its sidecar when there is one, else compressed.
+pub struct Maker {
+    levels: Levels,
+    /// Larger files get sidecars only.
+    max_size: u64,
+    /// A descriptor of the document root of its own, so background threads
+    /// can look for sidecars (through [`Root::find`], like every open);
+    /// `None` when sidecars are off.
+    root: Option<Root>,
+    cache: Arc<Cache>,
 }
 
 impl Compression {
@@ -96,19 +107,25 @@ impl Compression {
             }
         }
         let cache = Arc::new(Cache::new(c.cache_memory.0, c.idle.0));
-        let background = Background::start(c.background_threads, c.background_queue, cache.clone(), levels)?;
+        let s = &config.server;
+        let root = if c.sidecars {
+            Some(Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
+                io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
+            })?)
+        } else {
+            None
+        };
+        let maker = Arc::new(Maker { levels, max_size: c.max_size.0, root, cache: cache.clone() });
+        let background = Background::start(c.background_threads, c.background_queue, maker.clone())?;
         let settings = Settings {
             enabled: c.enabled && !offered.is_empty(),
             offered,
-            levels,
             min_size: c.min_size.0,
-            max_size: c.max_size.0,
             mime_types: c.mime_types.iter().map(|m| m.trim_end_matches('*').to_ascii_lowercase()).collect(),
             adaptive: c.adaptive,
             thresholds: Thresholds { accept_queue: c.busy_accept_queue, in_flight: c.busy_in_flight },
-            sidecars: c.sidecars,
         };
-        Ok(Compression { settings, cache, background })
+        Ok(Compression { settings, cache, maker, background })
     }
 
     /// Whether any coding is offered at all.
@@ -169,7 +186,6 @@ impl Compression {
         // A client that refuses identity is never deferred.
         let identity_refused = prefs.quality(Coding::Identity) == 0;
         let key = Key::new(&file.identity, coding);
-        let too_big = file.size > self.settings.max_size;
         let lookup = self.cache.lookup(key, &file.identity, file.size, w.now);
         let claim = match lookup {
             Lookup::Hit(entry) => {
@@ -190,18 +206,6 @@ impl Compression {
             Lookup::Claimed(claim) => claim,
         };
         w.stats.compress_misses.incr();
-        let claim = if self.settings.sidecars {
-            match self.sidecar(root, file, coding, claim, w.now) {
-                Ok(entry) => return Choice::Compressed(entry),
-                Err(claim) => claim,
-            }
-        } else {
-            claim
-        };
-        if too_big {
-            // Only sidecars for files this large; the claim is released.
-            return self.uncached(w, file, coding, identity_refused);
-        }
         if self.settings.adaptive && !identity_refused {
             if let Some(why) = self.settings.thresholds.busy(&w.listeners, &w.shared.stats) {
                 crate::log!(
@@ -210,11 +214,21 @@ impl Compression {
                     String::from_utf8_lossy(&file.rel_path)
                 );
                 w.stats.compress_deferred.incr();
+                // The job looks for a sidecar too: nothing but this
+                // bookkeeping happens on the worker while it is busy.
                 self.background.submit(Job { claim, file: file.clone(), coding });
                 return Choice::Identity;
             }
         }
-        self.compressed(make(self.settings.levels, &self.cache.stats, file, coding, Some(claim), w.now))
+        match self.maker.fill(file, coding, claim, w.now) {
+            Ok(Some(entry)) => Choice::Compressed(entry),
+            // Too large to compress, and no sidecar.
+            Ok(None) => self.uncached(w, file, coding, identity_refused),
+            Err(e) => {
+                crate::log!(Level::Warn, "compression failed: {e}");
+                Choice::Identity
+            }
+        }
     }
 
     /// No cached variant can be had: identity, unless the client refuses
@@ -223,17 +237,38 @@ impl Compression {
         if !identity_refused {
             return Choice::Identity;
         }
-        self.compressed(make(self.settings.levels, &self.cache.stats, file, coding, None, w.now))
-    }
-
-    fn compressed(&self, made: io::Result<Arc<Entry>>) -> Choice {
-        match made {
+        match make(self.maker.levels, &self.cache.stats, file, coding, None, w.now) {
             Ok(entry) => Choice::Compressed(entry),
             Err(e) => {
                 crate::log!(Level::Warn, "compression failed: {e}");
                 Choice::Identity
             }
         }
+    }
+}
+
+impl Maker {
+    /// Makes the variant of `file` for `coding` and caches it through
+    /// `claim`: its sidecar when there is one not older than the file, else
+    /// compressed, unless the file is over `max_size` (`None`, the claim
+    /// released).
+    pub fn fill(&self, file: &OpenFile, coding: Coding, claim: Claim, now: Instant) -> io::Result<Option<Arc<Entry>>> {
+        let claim = match &self.root {
+            Some(root) => match self.sidecar(root, file, coding, claim, now) {
+                Ok(entry) => return Ok(Some(entry)),
+                Err(claim) => claim,
+            },
+            None => claim,
+        };
+        if file.size > self.max_size {
+            return Ok(None);
+        }
+        make(self.levels, &self.cache.stats, file, coding, Some(claim), now).map(Some)
+    }
+
+    /// The cache this maker fills.
+    pub fn cache(&self) -> &Cache {
+        &self.cache
     }
 
     /// Loads `file`'s precompressed sidecar for `coding` into the cache,

@@ -1,7 +1,7 @@
 //! Background compression threads.
 //!
 //! Workers hand them cold files while the server is busy, through a bounded
-//! channel; a job carries the [`Claim`] on its variant, so a file is queued
+//! channel; a thread looks for the file's sidecar, else compresses it; a job carries the [`Claim`] on its variant, so a file is queued
 //! at most once however many requests miss it meanwhile (they see the
 //! claim's `Busy` slot). The threads run at nice 19, so under a burst they
 //! take only the CPU the workers leave, and catch up when the burst ends.
@@ -14,8 +14,8 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use tern_http::accept_encoding::Coding;
 
-use super::cache::{Cache, Claim};
-use super::codec::Levels;
+use super::cache::Claim;
+use super::Maker;
 use crate::config::Level;
 use crate::site::open_files::OpenFile;
 
@@ -39,16 +39,16 @@ pub struct Background {
 
 impl Background {
     /// Starts `count` threads fed by a queue of `capacity` jobs.
-    pub fn start(count: usize, capacity: usize, cache: Arc<Cache>, levels: Levels) -> std::io::Result<Background> {
+    pub fn start(count: usize, capacity: usize, maker: Arc<Maker>) -> std::io::Result<Background> {
         let (jobs, job_rx) = crossbeam_channel::bounded::<Job>(capacity);
         let (stop, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let mut threads = Vec::with_capacity(count);
         for index in 0..count {
-            let (job_rx, stop_rx, cache) = (job_rx.clone(), stop_rx.clone(), cache.clone());
+            let (job_rx, stop_rx, maker) = (job_rx.clone(), stop_rx.clone(), maker.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("tern-compress-{index}"))
-                    .spawn(move || run(index == 0, &job_rx, &stop_rx, &cache, levels))?,
+                    .spawn(move || run(index == 0, &job_rx, &stop_rx, &maker))?,
             );
         }
         Ok(Background { jobs, stop: Mutex::new(Some(stop)), threads: Mutex::new(threads) })
@@ -78,8 +78,9 @@ impl Background {
     }
 }
 
-fn run(sweeper: bool, jobs: &Receiver<Job>, stop: &Receiver<()>, cache: &Cache, levels: Levels) {
+fn run(sweeper: bool, jobs: &Receiver<Job>, stop: &Receiver<()>, maker: &Maker) {
     lower_priority();
+    let cache = maker.cache();
     let ticks = if sweeper { crossbeam_channel::tick(cache.sweep_interval()) } else { crossbeam_channel::never() };
     loop {
         crossbeam_channel::select! {
@@ -90,7 +91,7 @@ fn run(sweeper: bool, jobs: &Receiver<Job>, stop: &Receiver<()>, cache: &Cache, 
             recv(jobs) -> job => {
                 let Ok(job) = job else { return };
                 let Job { claim, file, coding } = job;
-                if let Err(e) = super::make(levels, &cache.stats, &file, coding, Some(claim), Instant::now()) {
+                if let Err(e) = maker.fill(&file, coding, claim, Instant::now()) {
                     crate::log!(Level::Warn, "background compression failed: {e}");
                 }
             }
