@@ -31,6 +31,10 @@ pub struct Shared {
 
 /// A running server.
 pub struct Server {
+    /// SIGTERM and SIGINT, caught from before the first connection can be
+    /// accepted: a signal sent as soon as the server answers must stop it
+    /// gracefully, not kill it with the default action.
+    signals: signal_hook::iterator::Signals,
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     wakers: Vec<Arc<mio::Waker>>,
@@ -55,6 +59,7 @@ impl Server {
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(StartError::Config(format!("{section}.{key}: {message}")));
         }
+        let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
         error_log::init(&config.log.error, config.log.level)
             .map_err(|e| StartError::Config(format!("log.error: cannot open {}: {e}", config.log.error)))?;
         let access = AccessTarget::open(&config.log.access)
@@ -114,7 +119,7 @@ impl Server {
                 Err(_) => return Err(StartError::Config("a worker failed to start".into())),
             }
         }
-        Ok(Server { shared, workers: threads, wakers, addrs })
+        Ok(Server { signals, shared, workers: threads, wakers, addrs })
     }
 
     /// The bound addresses (with real ports where port 0 was asked for).
@@ -131,10 +136,8 @@ impl Server {
     }
 
     /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
-    pub fn run_until_signal(self) -> std::io::Result<()> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
-        if let Some(signal) = signals.forever().next() {
+    pub fn run_until_signal(mut self) -> std::io::Result<()> {
+        if let Some(signal) = self.signals.forever().next() {
             crate::log!(crate::config::Level::Info, "signal {signal}: shutting down");
         }
         self.stop();
