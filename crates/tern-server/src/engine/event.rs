@@ -209,8 +209,10 @@ fn refuse(stream: TcpStream, peer: SocketAddr) {
 
 fn close(w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
     let conn = conns.remove(key);
-    // Closing the descriptor also removes it from the epoll set.
-    conn.recycle(w);
+    // Counted as closed before the socket is: a client that sees the close
+    // may ask the status page (another worker) at once.
     w.shared.connections.fetch_sub(1, Ordering::Relaxed);
     w.stats.active.set(w.stats.active.get().saturating_sub(1));
+    // Closing the descriptor also removes it from the epoll set.
+    conn.recycle(w);
 }
