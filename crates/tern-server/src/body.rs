@@ -2,8 +2,9 @@
 //! I/O methods — the only place that knows how a file region is sent.
 //!
 //! A response is a queue of segments: bytes in the connection's buffer
-//! (heads, small bodies, multipart boundaries) and file regions. In-memory
-//! bytes and mapped regions go out together in one `sendmsg` (a whole
+//! (heads, small bodies, multipart boundaries), shared in-memory bodies
+//! (cached compressed variants) and file regions. In-memory bytes and
+//! mapped regions go out together in one `sendmsg` (a whole
 //! keep-alive response in one system call); `sendfile` regions follow a head
 //! sent with `MSG_MORE`; `read` regions are copied through a chunk buffer.
 
@@ -21,6 +22,10 @@ enum Segment {
     Buf { start: usize, end: usize },
     /// A region of a file, sent with the queue's I/O method.
     File { file: Arc<OpenFile>, offset: u64, len: u64 },
+    /// Bytes held elsewhere (a cached compressed variant): `bytes[start..end]`,
+    /// gathered into the same `sendmsg` as the head, like a mapping. The
+    /// `Arc` keeps them alive, however the cache changes, until sent.
+    Shared { bytes: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, end: usize },
 }
 
 /// The outcome of a flush attempt.
@@ -76,6 +81,7 @@ impl OutQueue {
             .map(|s| match s {
                 Segment::Buf { start, end } => (end - start) as u64,
                 Segment::File { len, .. } => *len,
+                Segment::Shared { start, end, .. } => (end - start) as u64,
             })
             .sum()
     }
@@ -83,7 +89,7 @@ impl OutQueue {
     /// Can another response be queued behind this one and leave in the same
     /// `sendmsg`? True while everything queued is in memory or mapped.
     pub fn gathers(&self) -> bool {
-        self.io == IoMethod::Mmap || self.segments.iter().all(|s| matches!(s, Segment::Buf { .. }))
+        self.io == IoMethod::Mmap || self.segments.iter().all(|s| !matches!(s, Segment::File { .. }))
     }
 
     /// Marks everything appended to `buf` since the last call as queued.
@@ -119,6 +125,16 @@ impl OutQueue {
             }
         }
         self.segments.push_back(Segment::File { file: file.clone(), offset, len });
+    }
+
+    /// Queues in-memory bytes held by `bytes` (after committing the bytes
+    /// before them); no copy, one reference count.
+    pub fn push_shared(&mut self, bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) {
+        self.commit_buf();
+        let end = (*bytes).as_ref().len();
+        if end > 0 {
+            self.segments.push_back(Segment::Shared { bytes, start: 0, end });
+        }
     }
 
     /// Writes as much as the socket takes.
@@ -177,6 +193,7 @@ impl OutQueue {
                         }
                         let bytes: &[u8] = match seg {
                             Segment::Buf { start, end } => &self.buf[*start..*end],
+                            Segment::Shared { bytes, start, end } => &(**bytes).as_ref()[*start..*end],
                             Segment::File { file, offset, len } => match (self.io, &file.mapping) {
                                 (IoMethod::Mmap, Some(map)) => &map[*offset as usize..(*offset + *len) as usize],
                                 _ => {
@@ -211,7 +228,7 @@ impl OutQueue {
         while n > 0 {
             let Some(front) = self.segments.front_mut() else { return };
             let (left, consumed) = match front {
-                Segment::Buf { start, end } => {
+                Segment::Buf { start, end } | Segment::Shared { start, end, .. } => {
                     let take = n.min(*end - *start);
                     *start += take;
                     (*end - *start, take)

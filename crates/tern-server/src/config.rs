@@ -26,6 +26,7 @@ pub struct Config {
     pub log: Log,
     pub status: Status,
     pub cgi: Cgi,
+    pub compression: Compression,
 }
 
 /// `[server]`: where and how to listen.
@@ -171,6 +172,106 @@ impl Default for StaticFiles {
             mime_types: BTreeMap::new(),
         }
     }
+}
+
+/// `[compression]`: real-time adaptive compression of static files
+/// (SPEC 2.7). A compressed variant is made once per file and coding, kept
+/// in a shared in-memory cache, and checked against the file before every
+/// use; under load a cold file is sent uncompressed at once and compressed
+/// by background threads instead.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Compression {
+    /// Default true.
+    pub enabled: bool,
+    /// Codings offered, in the order that breaks ties between equal
+    /// q-values. Default `["br", "zstd", "gzip"]`.
+    pub codings: Vec<CodingName>,
+    /// libdeflate level, 1–12. Default 6.
+    pub gzip_level: u32,
+    /// Brotli quality, 0–11. Default 5 (past 5 it slows sharply).
+    pub br_level: u32,
+    /// zstd level, 1–19. Default 3.
+    pub zstd_level: u32,
+    /// Files smaller than this are never compressed. Default 256 bytes.
+    pub min_size: Bytes,
+    /// Files larger than this are not compressed on the fly (precompressed
+    /// sidecars still are served). Default `"8MiB"`.
+    pub max_size: Bytes,
+    /// MIME types compressed (without parameters); `type/*` matches a whole
+    /// family. Default: text, JavaScript, JSON, XML, SVG, wasm and fonts
+    /// that are not already compressed.
+    pub mime_types: Vec<String>,
+    /// Hard cap on the compressed bytes held in memory; past it nothing new
+    /// is cached. Default `"64MiB"`.
+    pub cache_memory: Bytes,
+    /// An entry unused this long is freed. Default `"5m"`.
+    pub idle: Seconds,
+    /// Whether to defer cold files under load; false compresses every cold
+    /// file inline. Default true.
+    pub adaptive: bool,
+    /// Busy when a worker's listening socket has more connections waiting
+    /// to be accepted than this. Default 8.
+    pub busy_accept_queue: u64,
+    /// Busy when more requests than this have arrived and are not yet
+    /// answered, over all workers. Default 32.
+    pub busy_in_flight: u64,
+    /// Background compression threads (at nice 19). Default 1.
+    pub background_threads: usize,
+    /// Jobs waiting for the background threads; past it a deferred file is
+    /// simply sent uncompressed again. Default 1024.
+    pub background_queue: usize,
+    /// Serve `file.gz`, `file.br`, `file.zst` when present and not older
+    /// than the file. Default true.
+    pub sidecars: bool,
+}
+
+impl Default for Compression {
+    fn default() -> Self {
+        Compression {
+            enabled: true,
+            codings: vec![CodingName::Br, CodingName::Zstd, CodingName::Gzip],
+            gzip_level: 6,
+            br_level: 5,
+            zstd_level: 3,
+            min_size: Bytes(256),
+            max_size: Bytes(8 << 20),
+            mime_types: [
+                "text/*",
+                "application/javascript",
+                "application/json",
+                "application/xml",
+                "application/xhtml+xml",
+                "application/rss+xml",
+                "application/atom+xml",
+                "application/manifest+json",
+                "application/wasm",
+                "image/svg+xml",
+                "image/x-icon",
+                "font/ttf",
+                "font/otf",
+            ]
+            .map(String::from)
+            .to_vec(),
+            cache_memory: Bytes(64 << 20),
+            idle: Seconds(Duration::from_secs(300)),
+            adaptive: true,
+            busy_accept_queue: 8,
+            busy_in_flight: 32,
+            background_threads: 1,
+            background_queue: 1024,
+            sidecars: true,
+        }
+    }
+}
+
+/// A content coding tern can produce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CodingName {
+    Gzip,
+    Br,
+    Zstd,
 }
 
 /// `[limits]`: sizes and counts a client may use.
@@ -527,6 +628,7 @@ impl Config {
     /// command-line overrides): `(section, key, message)` of the first
     /// broken one.
     pub fn broken_rule(&self) -> Option<(&'static str, &'static str, &'static str)> {
+        let c = &self.compression;
         let rules = [
             (self.server.listen.is_empty(), "server", "listen", "at least one address is needed"),
             (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
@@ -553,6 +655,19 @@ impl Config {
                 "cgi",
                 "directories",
                 "each must be a URL path starting with /",
+            ),
+            (!(1..=12).contains(&c.gzip_level), "compression", "gzip_level", "must be between 1 and 12"),
+            (c.br_level > 11, "compression", "br_level", "must be between 0 and 11"),
+            (!(1..=19).contains(&c.zstd_level), "compression", "zstd_level", "must be between 1 and 19"),
+            (c.max_size.0 < c.min_size.0, "compression", "max_size", "must be at least compression.min_size"),
+            (c.background_threads == 0, "compression", "background_threads", "must be at least 1"),
+            (c.background_queue == 0, "compression", "background_queue", "must be at least 1"),
+            (c.idle.0.is_zero(), "compression", "idle", "must be more than 0"),
+            (
+                c.mime_types.iter().any(|m| !m.contains('/') || m.contains(';')),
+                "compression",
+                "mime_types",
+                "each must be `type/subtype` or `type/*`, without parameters",
             ),
         ];
         rules.into_iter().find(|r| r.0).map(|(_, section, key, message)| (section, key, message))
@@ -612,6 +727,24 @@ mod tests {
         assert!(e.contains("line 2") && e.contains("send"), "{e}");
         let e = parse("[server]\nworkers = 1\n[limits]\nmax_headers = 500\n").unwrap_err();
         assert!(e.contains("line 4: limits.max_headers"), "{e}");
+    }
+
+    #[test]
+    fn compression_section() {
+        let c = parse("").unwrap().compression;
+        assert!(c.enabled && c.adaptive);
+        assert_eq!(c.codings, [CodingName::Br, CodingName::Zstd, CodingName::Gzip]);
+        let c =
+            parse("[compression]\ncodings = [\"gzip\"]\ncache_memory = \"1MiB\"\nidle = \"2s\"\n").unwrap().compression;
+        assert_eq!(c.codings, [CodingName::Gzip]);
+        assert_eq!(c.cache_memory, Bytes(1 << 20));
+        assert_eq!(c.idle, Seconds(Duration::from_secs(2)));
+        let e = parse("[compression]\nenabled = true\ncodings = [\"deflate\"]\n").unwrap_err();
+        assert!(e.contains("line 3") && e.contains("codings") && e.contains("deflate"), "{e}");
+        let e = parse("[compression]\n\ngzip_level = 13\n").unwrap_err();
+        assert!(e.contains("line 3: compression.gzip_level"), "{e}");
+        let e = parse("[compression]\nmime_types = [\"html\"]\n").unwrap_err();
+        assert!(e.contains("line 2: compression.mime_types"), "{e}");
     }
 
     #[test]

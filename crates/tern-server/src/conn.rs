@@ -654,6 +654,24 @@ impl Conn {
     /// Ends the connection after its last answer: at once when nothing more
     /// can arrive, else by shutting down output and draining input.
     fn finish(&mut self, w: &mut Worker<'_>) -> Status {
+        if self.eof_pending && !self.peer_closed {
+            // The peer has shut down its side already: read up to its end
+            // now and close outright, rather than shut down ours first and
+            // linger - the peer would see the end of the response while the
+            // connection still counted as open.
+            loop {
+                self.rbuf.clear();
+                self.rpos = 0;
+                match self.fill(w) {
+                    Fill::Got => {}
+                    Fill::Eof => {
+                        self.peer_closed = true;
+                        break;
+                    }
+                    Fill::Wait | Fill::Failed => break,
+                }
+            }
+        }
         let unread = self.rpos < self.rbuf.len() || self.may_read || self.body.is_some();
         if self.peer_closed || !unread {
             return Status::Closed;

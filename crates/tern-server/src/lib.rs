@@ -5,11 +5,13 @@
 //! accepts and waits for readiness → `conn.rs` reads, parses (with
 //! `tern_http`) and enforces limits and timeouts → `site/mod.rs` routes →
 //! `site/static_files.rs` (via `site/open_files.rs` and `site/resolve.rs`)
-//! or `site/internal.rs` answers into a `reply.rs` → `body.rs` sends it with
-//! the configured I/O method → `access_log.rs` and `metrics.rs` record it.
+//! or `site/internal.rs` answers into a `reply.rs` (`compress/` picks and
+//! caches compressed variants) → `body.rs` sends it with the configured I/O
+//! method → `access_log.rs` and `metrics.rs` record it.
 
 pub mod access_log;
 pub mod body;
+pub mod compress;
 pub mod config;
 pub mod conn;
 pub mod engine;

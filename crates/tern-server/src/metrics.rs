@@ -63,6 +63,17 @@ pub struct WorkerStats {
     pub cgi_failed: Counter,
     /// Killed at `cgi.timeout`.
     pub cgi_timeouts: Counter,
+    /// Requests that have arrived at this worker and are not answered
+    /// yet: connection events of the current epoll batch still to handle
+    /// (gauge; the load signal of `compress::load`).
+    pub in_flight: Counter,
+    /// Compressed responses sent from the cache.
+    pub compress_hits: Counter,
+    /// Requests for a compressed variant not in the cache.
+    pub compress_misses: Counter,
+    /// Misses answered uncompressed at once because the server was busy,
+    /// and queued for the background threads.
+    pub compress_deferred: Counter,
 }
 
 impl WorkerStats {
@@ -94,6 +105,10 @@ pub struct Totals {
     pub cgi_rejected: u64,
     pub cgi_failed: u64,
     pub cgi_timeouts: u64,
+    pub in_flight: u64,
+    pub compress_hits: u64,
+    pub compress_misses: u64,
+    pub compress_deferred: u64,
 }
 
 impl Totals {
@@ -118,6 +133,10 @@ impl Totals {
             t.cgi_rejected += w.cgi_rejected.get();
             t.cgi_failed += w.cgi_failed.get();
             t.cgi_timeouts += w.cgi_timeouts.get();
+            t.in_flight += w.in_flight.get();
+            t.compress_hits += w.compress_hits.get();
+            t.compress_misses += w.compress_misses.get();
+            t.compress_deferred += w.compress_deferred.get();
         }
         t
     }

@@ -157,6 +157,14 @@ impl<'q> Reply<'q> {
         }
     }
 
+    /// Queues a shared in-memory body (a cached compressed variant) without
+    /// copying it.
+    pub fn body_shared(&mut self, bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) {
+        if !self.head_only {
+            self.out.push_shared(bytes);
+        }
+    }
+
     /// A complete response with an in-memory body.
     pub fn bytes(&mut self, status: u16, content_type: &str, body: &[u8]) {
         self.head(status);

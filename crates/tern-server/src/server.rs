@@ -9,6 +9,7 @@ use std::time::Instant;
 use tern_http::request::Limits;
 
 use crate::access_log::AccessTarget;
+use crate::compress::Compression;
 use crate::config::Config;
 use crate::engine::event;
 use crate::metrics::WorkerStats;
@@ -32,6 +33,10 @@ pub struct Shared {
 
 /// A running server.
 pub struct Server {
+    /// SIGTERM and SIGINT, caught from before the first connection can be
+    /// accepted: a signal sent as soon as the server answers must stop it
+    /// gracefully, not kill it with the default action.
+    signals: signal_hook::iterator::Signals,
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     wakers: Vec<Arc<mio::Waker>>,
@@ -56,11 +61,14 @@ impl Server {
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(StartError::Config(format!("{section}.{key}: {message}")));
         }
+        let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
         error_log::init(&config.log.error, config.log.level)
             .map_err(|e| StartError::Config(format!("log.error: cannot open {}: {e}", config.log.error)))?;
         let access = AccessTarget::open(&config.log.access)
             .map_err(|e| StartError::Config(format!("log.access: cannot open {}: {e}", config.log.access)))?;
-        let site = Site::new(&config)?;
+        // Dropped on any error below, which also ends its threads.
+        let compression = Compression::start(&config)?;
+        let site = Site::new(&config, compression)?;
         let workers = if config.server.workers == 0 { sys::usable_cpus() } else { config.server.workers };
 
         // Each worker gets its own SO_REUSEPORT listener per address; the
@@ -113,7 +121,7 @@ impl Server {
                 Err(_) => return Err(StartError::Config("a worker failed to start".into())),
             }
         }
-        Ok(Server { shared, workers: threads, wakers, addrs })
+        Ok(Server { signals, shared, workers: threads, wakers, addrs })
     }
 
     /// The bound addresses (with real ports where port 0 was asked for).
@@ -130,10 +138,8 @@ impl Server {
     }
 
     /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
-    pub fn run_until_signal(self) -> std::io::Result<()> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
-        if let Some(signal) = signals.forever().next() {
+    pub fn run_until_signal(mut self) -> std::io::Result<()> {
+        if let Some(signal) = self.signals.forever().next() {
             crate::log!(crate::config::Level::Info, "signal {signal}: shutting down");
         }
         self.stop();
@@ -141,7 +147,8 @@ impl Server {
     }
 
     /// Stops accepting, lets in-flight responses finish (up to
-    /// `server.shutdown_timeout`), and joins the workers.
+    /// `server.shutdown_timeout`), joins the workers, then stops the
+    /// background compression threads.
     pub fn stop(self) {
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         for waker in &self.wakers {
@@ -150,5 +157,6 @@ impl Server {
         for worker in self.workers {
             let _ = worker.join();
         }
+        self.shared.site.compression.stop();
     }
 }

@@ -3,7 +3,7 @@
 //! buffer, scratch buffers and a pool of I/O buffers.
 
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::time::{Instant, SystemTime};
 
 use tern_http::date::DateCache;
@@ -61,6 +61,9 @@ pub struct Worker<'s> {
     pub scratch: Vec<u8>,
     pub watcher: Box<dyn Watcher>,
     pub reaper: Reaper,
+    /// This worker's listening sockets, while it accepts (their accept
+    /// queue is part of the load signal).
+    pub listeners: Vec<RawFd>,
 }
 
 impl<'s> Worker<'s> {
@@ -78,6 +81,7 @@ impl<'s> Worker<'s> {
             scratch: Vec::with_capacity(256),
             watcher,
             reaper: Reaper::default(),
+            listeners: Vec::new(),
         }
     }
 

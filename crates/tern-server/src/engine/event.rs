@@ -68,17 +68,26 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     };
     let _ = ready.send(Ok(waker));
     let mut w = Worker::new(shared, index, Box::new(EpollWatcher(registry)));
+    w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
     let mut conns: Slab<Conn> = Slab::with_capacity(1024);
     let mut events = Events::with_capacity(1024);
     let mut next_tick = w.now + TICK;
     let mut shutdown_deadline: Option<Instant> = None;
+    // Listeners that may still hold connections: readiness is
+    // edge-triggered, so after a full batch no new event would come for
+    // the connections left in the accept queue.
+    let mut backlog = vec![false; listeners.len()];
 
     loop {
         // A program that closed its output usually exits a moment later:
-        // look again soon rather than at the next tick.
+        // look again soon rather than at the next tick; a listener with a
+        // backlog is accepted from at once.
         let mut timeout = next_tick.saturating_duration_since(w.now);
         if w.reaper.has_pending() {
             timeout = timeout.min(REAP_POLL);
+        }
+        if backlog.contains(&true) {
+            timeout = Duration::ZERO;
         }
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
@@ -87,11 +96,16 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             }
         }
         w.tick_clock();
+        // Each event still to handle is a request waiting on this worker:
+        // the "in flight" half of the compression load signal.
+        let mut waiting = events.iter().count() as u64;
         for event in events.iter() {
+            w.stats.in_flight.set(waiting);
+            waiting -= 1;
             match event.token() {
                 WAKE => {}
                 Token(t) if t > LISTENER_BASE - listeners.len() && shutdown_deadline.is_none() => {
-                    accept(&mut w, &poll, &listeners[LISTENER_BASE - t], &mut conns);
+                    backlog[LISTENER_BASE - t] = true;
                 }
                 Token(t) => {
                     let key = t / 2;
@@ -112,6 +126,13 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                 }
             }
         }
+        w.stats.in_flight.set(0);
+        // New connections after the turn's requests, a batch per listener.
+        for (i, more) in backlog.iter_mut().enumerate() {
+            if *more {
+                *more = accept(&mut w, &poll, &listeners[i], &mut conns);
+            }
+        }
         if w.reaper.has_pending() {
             w.reaper.tick(w.now, &shared.cgi_running);
         }
@@ -122,6 +143,8 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                 let _ = poll.registry().deregister(l);
             }
             listeners.clear();
+            w.listeners.clear();
+            backlog.clear();
             shutdown_deadline = Some(w.now + shared.config.server.shutdown_timeout.0);
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
@@ -176,17 +199,19 @@ fn guarded(w: &mut Worker<'_>, conn: &mut Conn, f: impl FnOnce(&mut Conn, &mut W
     }
 }
 
-fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, conns: &mut Slab<Conn>) {
+/// Accepts up to a batch of connections; returns whether more may be
+/// waiting (the batch was used up).
+fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, conns: &mut Slab<Conn>) -> bool {
     let shared = w.shared;
     for _ in 0..ACCEPT_BATCH {
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 // EMFILE and the like: leave the rest in the backlog.
                 crate::log!(Level::Error, "accept failed: {e}");
-                return;
+                return false;
             }
         };
         // SAFETY: the descriptor comes straight from the accepted mio stream.
@@ -213,6 +238,7 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
         entry.insert(conn);
         w.stats.active.add(1);
     }
+    true
 }
 
 /// Answers a connection over the cap with `503` (best effort, never
@@ -225,8 +251,10 @@ fn refuse(stream: TcpStream, peer: SocketAddr) {
 
 fn close(w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
     let conn = conns.remove(key);
-    // Closing the descriptor also removes it from the epoll set.
-    conn.recycle(w);
+    // Counted as closed before the socket is: a client that sees the close
+    // may ask the status page (another worker) at once.
     w.shared.connections.fetch_sub(1, Ordering::Relaxed);
     w.stats.active.set(w.stats.active.get().saturating_sub(1));
+    // Closing the descriptor also removes it from the epoll set.
+    conn.recycle(w);
 }

@@ -7,11 +7,14 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use tern_http::{Method, Request};
 
+use crate::compress::Compression;
 use crate::metrics::Totals;
 use crate::reply::Reply;
 use crate::worker::Worker;
 
 const TIMEOUT_NAMES: [&str; 4] = ["idle", "header", "body", "send"];
+/// In the order of `compress::cache::coding_index`.
+const CODING_NAMES: [&str; 3] = ["gzip", "br", "zstd"];
 
 pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
     let shared = w.shared;
@@ -67,6 +70,7 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
                 "hit_rate": if t.open_file_hits + t.open_file_misses == 0 { 0.0 }
                             else { t.open_file_hits as f64 / (t.open_file_hits + t.open_file_misses) as f64 },
             },
+            "compression": compression_json(&shared.site.compression, &t),
         });
         let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
         text.push(b'\n');
@@ -77,7 +81,8 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
         reply.body(&text);
         return;
     }
-    let text = prometheus(&t, uptime, shared.stats.len(), shared.cgi_running.load(Relaxed) as u64);
+    let mut text = prometheus(&t, uptime, shared.stats.len(), shared.cgi_running.load(Relaxed) as u64);
+    compression_prometheus(&mut text, &shared.site.compression, &t);
     reply.head(200);
     reply.header("Content-Type", b"text/plain; version=0.0.4; charset=utf-8");
     reply.header("Cache-Control", b"no-store");
@@ -85,6 +90,98 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
     if req.method != Method::Head {
         reply.body(text.as_bytes());
     }
+}
+
+/// The `compression` object of the status page: per-request counters from
+/// the workers, cache and per-coding counters from the shared cache (with
+/// the measured speed at the configured level).
+fn compression_json(c: &Compression, t: &Totals) -> serde_json::Value {
+    let stats = &c.cache.stats;
+    let (memory, cap) = c.cache.memory();
+    let mut codings = serde_json::Map::new();
+    for (i, name) in CODING_NAMES.iter().enumerate() {
+        let (n, bytes_in, bytes_out, nanos) = (
+            stats.compressions[i].load(Relaxed),
+            stats.bytes_in[i].load(Relaxed),
+            stats.bytes_out[i].load(Relaxed),
+            stats.nanos[i].load(Relaxed),
+        );
+        codings.insert(
+            (*name).into(),
+            serde_json::json!({
+                "compressions": n,
+                "bytes_in": bytes_in,
+                "bytes_out": bytes_out,
+                "ratio": if bytes_out == 0 { 0.0 } else { bytes_in as f64 / bytes_out as f64 },
+                "mb_per_s": if nanos == 0 { 0.0 } else { bytes_in as f64 * 1e3 / nanos as f64 },
+            }),
+        );
+    }
+    let lookups = t.compress_hits + t.compress_misses;
+    serde_json::json!({
+        "enabled": c.enabled(),
+        "hits": t.compress_hits,
+        "misses": t.compress_misses,
+        "hit_rate": if lookups == 0 { 0.0 } else { t.compress_hits as f64 / lookups as f64 },
+        "deferred": t.compress_deferred,
+        "in_flight": t.in_flight,
+        "queue": c.background.queued(),
+        "bytes_in": stats.bytes_in.iter().map(|b| b.load(Relaxed)).sum::<u64>(),
+        "bytes_out": stats.bytes_out.iter().map(|b| b.load(Relaxed)).sum::<u64>(),
+        "memory_bytes": memory,
+        "memory_cap": cap,
+        "entries": stats.entries.load(Relaxed),
+        "evictions": stats.evictions.load(Relaxed),
+        "stale": stats.stale.load(Relaxed),
+        "full": stats.full.load(Relaxed),
+        "sidecars": stats.sidecars.load(Relaxed),
+        "codings": codings,
+    })
+}
+
+fn compression_prometheus(s: &mut String, c: &Compression, t: &Totals) {
+    let stats = &c.cache.stats;
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
+        let _ = writeln!(s, "# HELP tern_compression_{name} {help}\n# TYPE tern_compression_{name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(s, "tern_compression_{name}{labels} {value}");
+        }
+    };
+    metric("hits_total", "counter", "Compressed responses sent from the cache.", &[("", t.compress_hits)]);
+    metric("misses_total", "counter", "Requests for a compressed variant not cached.", &[("", t.compress_misses)]);
+    metric(
+        "deferred_total",
+        "counter",
+        "Misses sent uncompressed under load and queued.",
+        &[("", t.compress_deferred)],
+    );
+    metric("queue_length", "gauge", "Jobs waiting for the background threads.", &[("", c.background.queued() as u64)]);
+    let labels: Vec<String> = CODING_NAMES.iter().map(|n| format!("{{coding=\"{n}\"}}")).collect();
+    let per = |a: &[std::sync::atomic::AtomicU64; 3]| -> Vec<(&str, u64)> {
+        labels.iter().map(String::as_str).zip(a.iter().map(|v| v.load(Relaxed))).collect()
+    };
+    metric("compressions_total", "counter", "Variants compressed.", &per(&stats.compressions));
+    metric("in_bytes_total", "counter", "Bytes compressed.", &per(&stats.bytes_in));
+    metric("out_bytes_total", "counter", "Compressed bytes produced.", &per(&stats.bytes_out));
+    metric("nanoseconds_total", "counter", "Time spent compressing.", &per(&stats.nanos));
+    let (memory, cap) = c.cache.memory();
+    metric("cache_memory_bytes", "gauge", "Bytes held by the compressed cache.", &[("", memory)]);
+    metric("cache_memory_cap_bytes", "gauge", "The cache's memory cap.", &[("", cap)]);
+    metric("cache_entries", "gauge", "Cached variants.", &[("", stats.entries.load(Relaxed))]);
+    metric(
+        "evictions_total",
+        "counter",
+        "Variants freed after the idle interval.",
+        &[("", stats.evictions.load(Relaxed))],
+    );
+    metric("stale_total", "counter", "Variants replaced because the file changed.", &[("", stats.stale.load(Relaxed))]);
+    metric("full_total", "counter", "Variants not cached: memory cap reached.", &[("", stats.full.load(Relaxed))]);
+    metric(
+        "sidecars_total",
+        "counter",
+        "Variants loaded from precompressed files.",
+        &[("", stats.sidecars.load(Relaxed))],
+    );
 }
 
 fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> String {

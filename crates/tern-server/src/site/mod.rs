@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use tern_http::request::TargetForm;
 use tern_http::{path, Request};
 
+use crate::compress::Compression;
 use crate::config::{Config, Level};
 use crate::reply::Reply;
 use crate::worker::Worker;
@@ -20,6 +21,7 @@ pub struct Site {
     pub root: Root,
     pub static_files: static_files::Settings,
     pub cgi: cgi::Settings,
+    pub compression: Compression,
 }
 
 /// The two ends of a client connection.
@@ -38,12 +40,18 @@ pub enum Answer {
 }
 
 impl Site {
-    pub fn new(config: &Config) -> std::io::Result<Site> {
+    /// `compression` is started by the server (its background threads).
+    pub fn new(config: &Config, compression: Compression) -> std::io::Result<Site> {
         let s = &config.server;
         let root = Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
         })?;
-        Ok(Site { root, static_files: static_files::Settings::new(config), cgi: cgi::Settings::new(config)? })
+        Ok(Site {
+            root,
+            static_files: static_files::Settings::new(config),
+            cgi: cgi::Settings::new(config)?,
+            compression,
+        })
     }
 
     /// Answers `req` (whose body, if any, is `body`) into `reply`.

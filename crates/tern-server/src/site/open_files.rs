@@ -27,9 +27,15 @@ pub struct OpenFile {
     pub etag: Box<[u8]>,
     pub last_modified: u64,
     pub content_type: Box<str>,
-    /// `Content-Type`, `Last-Modified`, `ETag` and `Accept-Ranges` lines,
-    /// formatted once.
+    /// `Content-Type`, `Last-Modified`, `ETag` and `Accept-Ranges` lines
+    /// (and `Vary` when negotiable), formatted once.
     pub headers: Box<[u8]>,
+    /// The path of the file itself, relative to the root (an index file's
+    /// name included): for freshness checks and sidecars.
+    pub rel_path: Box<[u8]>,
+    /// Whether responses depend on `Accept-Encoding` (see
+    /// `Compression::negotiable`).
+    pub negotiable: bool,
 }
 
 /// What makes two opens of a path "the same file".

@@ -10,8 +10,9 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use rustix::fs::{openat2, FileType, Mode, OFlags, ResolveFlags};
+use rustix::fs::{openat2, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
+use super::open_files::Identity;
 use crate::config::Symlinks;
 
 /// What a resolved path turned out to be.
@@ -93,6 +94,16 @@ impl Root {
         let fd = openat2(&self.dir, rel, flags, Mode::empty(), self.resolve).map_err(classify)?;
         let stat = rustix::fs::fstat(&fd).map_err(classify)?;
         Ok((fd, stat))
+    }
+
+    /// The identity of the file at `rel` now, with one `fstatat` and no
+    /// open: the freshness check before a cached compressed variant is
+    /// sent. It only compares; anything served is still opened by
+    /// [`Root::find`].
+    pub fn identity(&self, rel: &[u8]) -> Result<Identity, ResolveError> {
+        let rel = if rel.is_empty() { &b"."[..] } else { rel };
+        let stat = rustix::fs::statat(&self.dir, rel, AtFlags::empty()).map_err(classify)?;
+        Ok(Identity::of(&stat))
     }
 
     /// Opens the normalised relative path `rel`; for a directory, its index

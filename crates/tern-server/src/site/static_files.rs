@@ -1,6 +1,7 @@
-//! Static files: open-file table lookup, conditional requests, ranges and
-//! `multipart/byteranges`, with the body handed to the output queue as a
-//! file region (sent by the configured I/O method in `body.rs`).
+//! Static files: open-file table lookup, the coding (`compress/` decides),
+//! conditional requests, ranges and `multipart/byteranges`, with the body
+//! handed to the output queue as a file region (sent by the configured I/O
+//! method in `body.rs`) or, for a compressed variant, as shared memory.
 
 use std::fs::File;
 use std::io::Write;
@@ -15,6 +16,8 @@ use tern_http::{response, Method, Request};
 use super::open_files::{Identity, OpenFile};
 use super::resolve::{Found, ResolveError};
 use super::Site;
+use crate::compress::cache::Entry;
+use crate::compress::{Choice, Compression, VARY};
 use crate::config::{Config, IoMethod, Level};
 use crate::reply::Reply;
 use crate::worker::Worker;
@@ -66,8 +69,15 @@ impl Settings {
         }
     }
 
-    /// Builds the table entry for a freshly opened file.
-    fn open_file(&self, file: File, stat: &rustix::fs::Stat, name: &[u8]) -> std::io::Result<OpenFile> {
+    /// Builds the table entry for a freshly opened file; `rel_path` is
+    /// its path relative to the root.
+    fn open_file(
+        &self,
+        file: File,
+        stat: &rustix::fs::Stat,
+        rel_path: Vec<u8>,
+        compression: &Compression,
+    ) -> std::io::Result<OpenFile> {
         let identity = Identity::of(stat);
         let mapping = if self.io == IoMethod::Mmap && identity.size > 0 {
             // SAFETY: the mapping is only ever read by the kernel (through
@@ -79,12 +89,16 @@ impl Settings {
         };
         let etag = format!("\"{:x}.{:x}-{:x}\"", identity.mtime_sec, identity.mtime_nsec, identity.size);
         let last_modified = u64::try_from(identity.mtime_sec).unwrap_or(0);
-        let content_type = self.content_type(name);
+        let content_type = self.content_type(&rel_path);
+        let negotiable = compression.negotiable(&content_type, identity.size);
         let mut headers = Vec::with_capacity(160);
         response::header(&mut headers, "Content-Type", content_type.as_bytes());
         response::header(&mut headers, "Last-Modified", tern_http::date::format_http_date(last_modified).as_bytes());
         response::header(&mut headers, "ETag", etag.as_bytes());
         headers.extend_from_slice(b"Accept-Ranges: bytes\r\n");
+        if negotiable {
+            headers.extend_from_slice(VARY);
+        }
         Ok(OpenFile {
             file,
             size: identity.size,
@@ -94,6 +108,8 @@ impl Settings {
             last_modified,
             content_type: content_type.into(),
             headers: headers.into(),
+            rel_path: rel_path.into(),
+            negotiable,
         })
     }
 }
@@ -106,64 +122,141 @@ pub fn serve(site: &Site, req: &Request<'_>, norm: Normalized, reply: &mut Reply
     if norm.trailing_slash {
         w.path.push(b'/');
     }
-    let file = match w.files.lookup(&w.path, w.now) {
-        Some((file, true)) => {
+    let mut revalidate = false;
+    loop {
+        let Some((file, fresh)) = open(site, req, reply, w, rel_len, norm.trailing_slash, revalidate) else { return };
+        return match req.method {
+            Method::Get | Method::Head => match site.compression.select(&site.root, req, w, &file, fresh) {
+                // The table's entry is older than the file: look again.
+                Choice::Changed if !revalidate => {
+                    revalidate = true;
+                    continue;
+                }
+                Choice::Changed | Choice::Identity => send_file(site, req, reply, w, &file),
+                Choice::Compressed(entry) => send_variant(req, reply, &file, entry),
+                Choice::NotAcceptable => not_acceptable(reply),
+            },
+            Method::Options => allow(reply, 200),
+            _ => allow(reply, 405),
+        };
+    }
+}
+
+/// The open file for the request's path (`w.path`, its first `rel_len`
+/// bytes relative to the root), from the open-file table or resolved anew
+/// (always when `revalidate`); with whether it was resolved just now.
+/// `None` when the request was answered (redirect, 403, 404, …).
+fn open(
+    site: &Site,
+    req: &Request<'_>,
+    reply: &mut Reply<'_>,
+    w: &mut Worker<'_>,
+    rel_len: usize,
+    trailing_slash: bool,
+    revalidate: bool,
+) -> Option<(Arc<OpenFile>, bool)> {
+    let cached = match w.files.lookup(&w.path, w.now) {
+        Some((file, true)) if !revalidate => {
             w.stats.open_file_hits.incr();
-            file
+            return Some((file, false));
         }
-        cached => {
-            w.stats.open_file_misses.incr();
-            match site.root.find(&w.path[..rel_len], norm.trailing_slash, &mut w.scratch) {
-                Ok(Found::File { file, stat, index }) => match cached {
-                    Some((old, _)) if old.identity == Identity::of(&stat) => {
-                        w.files.refresh(&w.path, w.now);
-                        old
+        cached => cached,
+    };
+    w.stats.open_file_misses.incr();
+    match site.root.find(&w.path[..rel_len], trailing_slash, &mut w.scratch) {
+        Ok(Found::File { file, stat, index }) => match cached {
+            Some((old, _)) if old.identity == Identity::of(&stat) => {
+                w.files.refresh(&w.path, w.now);
+                Some((old, true))
+            }
+            _ => {
+                let mut rel_path = w.path[..rel_len].to_vec();
+                if let Some(i) = index {
+                    if !rel_path.is_empty() {
+                        rel_path.push(b'/');
                     }
-                    _ => {
-                        let name = index.map_or(&w.path[..rel_len], |i| site.root.index_name(i).as_bytes());
-                        match site.static_files.open_file(file, &stat, name) {
-                            Ok(entry) => {
-                                let entry = Arc::new(entry);
-                                w.files.insert(&w.path, entry.clone(), w.now);
-                                w.stats.open_files.set(w.files.len() as u64);
-                                entry
-                            }
-                            Err(err) => {
-                                crate::log!(Level::Error, "cannot map {:?}: {err}", req.path);
-                                return reply.error(500);
-                            }
-                        }
-                    }
-                },
-                Ok(Found::DirectoryWithoutSlash) => {
-                    w.files.remove(&w.path);
-                    let mut location = Vec::with_capacity(req.path.len() + 2);
-                    location.extend_from_slice(req.path.as_bytes());
-                    location.push(b'/');
-                    if let Some(q) = req.query {
-                        location.push(b'?');
-                        location.extend_from_slice(q.as_bytes());
-                    }
-                    return reply.redirect(301, &location);
+                    rel_path.extend_from_slice(site.root.index_name(i).as_bytes());
                 }
-                Ok(Found::DirectoryWithoutIndex) => {
-                    w.files.remove(&w.path);
-                    return reply.error(403);
-                }
-                Err(err) => {
-                    w.files.remove(&w.path);
-                    if let ResolveError::Unavailable(e) = &err {
-                        crate::log!(Level::Error, "cannot open {:?}: {e}", req.path);
+                match site.static_files.open_file(file, &stat, rel_path, &site.compression) {
+                    Ok(entry) => {
+                        let entry = Arc::new(entry);
+                        w.files.insert(&w.path, entry.clone(), w.now);
+                        w.stats.open_files.set(w.files.len() as u64);
+                        Some((entry, true))
                     }
-                    return reply.error(err.status());
+                    Err(err) => {
+                        crate::log!(Level::Error, "cannot map {:?}: {err}", req.path);
+                        reply.error(500);
+                        None
+                    }
                 }
             }
+        },
+        Ok(Found::DirectoryWithoutSlash) => {
+            w.files.remove(&w.path);
+            let mut location = Vec::with_capacity(req.path.len() + 2);
+            location.extend_from_slice(req.path.as_bytes());
+            location.push(b'/');
+            if let Some(q) = req.query {
+                location.push(b'?');
+                location.extend_from_slice(q.as_bytes());
+            }
+            reply.redirect(301, &location);
+            None
         }
-    };
-    match req.method {
-        Method::Get | Method::Head => send_file(site, req, reply, w, &file),
-        Method::Options => allow(reply, 200),
-        _ => allow(reply, 405),
+        Ok(Found::DirectoryWithoutIndex) => {
+            w.files.remove(&w.path);
+            reply.error(403);
+            None
+        }
+        Err(err) => {
+            w.files.remove(&w.path);
+            if let ResolveError::Unavailable(e) = &err {
+                crate::log!(Level::Error, "cannot open {:?}: {e}", req.path);
+            }
+            reply.error(err.status());
+            None
+        }
+    }
+}
+
+/// A compressed variant from memory: `200`, or `304`/`412` by its own
+/// validators. (Range requests never get here: they get identity.)
+fn send_variant(req: &Request<'_>, reply: &mut Reply<'_>, file: &OpenFile, entry: Arc<Entry>) {
+    let validators = Validators { etag: &entry.etag, last_modified: entry.last_modified };
+    match conditional::evaluate(req, &validators) {
+        Outcome::Proceed => {}
+        Outcome::NotModified => return not_modified(reply, &entry.etag, file),
+        Outcome::PreconditionFailed => return reply.error(412),
+    }
+    reply.head(200);
+    reply.raw(&entry.headers);
+    reply.end_head(entry.body().len() as u64);
+    reply.body_shared(entry);
+}
+
+/// `304` for the selected representation: its ETag, the file's date, and
+/// `Vary` when the representation was negotiated (nginx drops it; a cache
+/// needs it to know the 304 is about one variant).
+fn not_modified(reply: &mut Reply<'_>, etag: &[u8], file: &OpenFile) {
+    reply.head(304);
+    reply.header("ETag", etag);
+    reply.header("Last-Modified", tern_http::date::format_http_date(file.last_modified).as_bytes());
+    if file.negotiable {
+        reply.raw(VARY);
+    }
+    reply.end_head(0);
+}
+
+/// `406`: the client refuses identity (`identity;q=0` or `*;q=0`) and
+/// accepts no coding tern can make for this negotiated file.
+fn not_acceptable(reply: &mut Reply<'_>) {
+    reply.head(406);
+    reply.raw(VARY);
+    reply.header("Content-Type", b"text/html; charset=utf-8");
+    reply.end_head(response::error_page_len(406) as u64);
+    if reply.sends_body() {
+        response::error_page(reply.buf(), 406);
     }
 }
 
@@ -186,12 +279,7 @@ fn send_file(site: &Site, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut Work
     let validators = Validators { etag: &file.etag, last_modified: file.last_modified };
     match conditional::evaluate(req, &validators) {
         Outcome::Proceed => {}
-        Outcome::NotModified => {
-            reply.head(304);
-            reply.header("ETag", &file.etag);
-            reply.header("Last-Modified", tern_http::date::format_http_date(file.last_modified).as_bytes());
-            return reply.end_head(0);
-        }
+        Outcome::NotModified => return not_modified(reply, &file.etag, file),
         Outcome::PreconditionFailed => return reply.error(412),
     }
     let settings = &site.static_files;
@@ -258,6 +346,9 @@ fn multipart(
     reply.header("Last-Modified", tern_http::date::format_http_date(file.last_modified).as_bytes());
     reply.header("ETag", &file.etag);
     reply.header("Accept-Ranges", b"bytes");
+    if file.negotiable {
+        reply.raw(VARY);
+    }
     reply.end_head(total);
     let mut start = 0;
     for (r, end) in ranges.iter().zip(ends) {

@@ -1,0 +1,432 @@
+//! The compressed cache, shared by every worker and background thread.
+//!
+//! Keyed by file identity (device, inode) and coding. Each entry remembers
+//! the full identity it was made from (size and mtime too), so a caller
+//! that has just looked at the file can tell a fresh entry from a stale one.
+//!
+//! - **Locking**: 16 shards, each an `RwLock<HashMap>`. A hit takes one
+//!   shard's read lock for the map lookup and an `Arc` clone, nothing else;
+//!   the body is sent after the lock is released, straight from the `Arc`.
+//! - **Budget**: every entry reserves its bytes before it is inserted and
+//!   gives them back when its last reference goes (an evicted entry still
+//!   being sent keeps counting). Reservation is a compare-and-swap that
+//!   fails instead of passing the cap, so the cap is never exceeded; past
+//!   it nothing new is cached.
+//! - **Single flight**: the first miss on a key inserts a `Busy` slot and
+//!   gets a [`Claim`]; later misses see `Busy` and do not compress. The
+//!   claim fills the slot, or removes it when dropped unfilled (a failed
+//!   read, a full queue, a panic), so a key is never stuck.
+//! - **Eviction**: [`Cache::sweep`], run periodically by a background
+//!   thread, drops entries unused for the idle interval; a stale entry is
+//!   replaced by the next claim on its key.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tern_http::accept_encoding::Coding;
+
+use crate::site::open_files::Identity;
+
+const SHARDS: usize = 16;
+/// Bytes charged per entry beyond its body and head lines: the entry, the
+/// map slot, the allocations' headers.
+pub const ENTRY_OVERHEAD: u64 = 192;
+
+/// Which variant of which file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub dev: u64,
+    pub ino: u64,
+    pub coding: Coding,
+}
+
+impl Key {
+    pub fn new(identity: &Identity, coding: Coding) -> Key {
+        Key { dev: identity.dev, ino: identity.ino, coding }
+    }
+}
+
+/// A compressed variant, ready to send.
+pub struct Entry {
+    /// The file it was made from.
+    pub identity: Identity,
+    /// When it came from a precompressed sidecar: that file's path
+    /// (relative to the root) and identity, checked before each use too.
+    pub sidecar: Option<(Box<[u8]>, Identity)>,
+    body: Box<[u8]>,
+    /// `Content-Type`, `Last-Modified`, `ETag`, `Content-Encoding` and
+    /// `Vary` lines, formatted once.
+    pub headers: Box<[u8]>,
+    /// The variant's strong entity tag, quotes included.
+    pub etag: Box<[u8]>,
+    pub last_modified: u64,
+    /// Seconds since the cache's epoch at the last use.
+    last_used: AtomicU64,
+    /// Bytes reserved against the budget, given back on drop (none for an
+    /// entry that could not be cached).
+    reserved: Option<(Arc<Budget>, u64)>,
+}
+
+impl Entry {
+    pub fn new(
+        identity: Identity,
+        sidecar: Option<(Box<[u8]>, Identity)>,
+        body: Box<[u8]>,
+        headers: Box<[u8]>,
+        etag: Box<[u8]>,
+        last_modified: u64,
+    ) -> Entry {
+        Entry { identity, sidecar, body, headers, etag, last_modified, last_used: AtomicU64::new(0), reserved: None }
+    }
+
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The bytes this entry costs the budget.
+    pub fn cost(&self) -> u64 {
+        (self.body.len() + self.headers.len() + self.etag.len()) as u64
+            + self.sidecar.as_ref().map_or(0, |(p, _)| p.len() as u64)
+            + ENTRY_OVERHEAD
+    }
+}
+
+impl AsRef<[u8]> for Entry {
+    fn as_ref(&self) -> &[u8] {
+        &self.body
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        if let Some((budget, n)) = &self.reserved {
+            budget.used.fetch_sub(*n, Relaxed);
+        }
+    }
+}
+
+/// The byte budget: bytes held by cached entries (live ones included
+/// after eviction, until their last response is sent).
+#[derive(Debug)]
+pub struct Budget {
+    cap: u64,
+    used: AtomicU64,
+}
+
+impl Budget {
+    /// Reserves `n` bytes unless that would pass the cap.
+    fn reserve(&self, n: u64) -> bool {
+        self.used.fetch_update(Relaxed, Relaxed, |used| used.checked_add(n).filter(|&total| total <= self.cap)).is_ok()
+    }
+
+    fn would_fit(&self, n: u64) -> bool {
+        self.used.load(Relaxed).saturating_add(n) <= self.cap
+    }
+}
+
+enum Slot {
+    Ready(Arc<Entry>),
+    /// Being compressed (inline or queued for a background thread).
+    Busy,
+}
+
+/// Counters shared by everything that fills or sweeps the cache; touched
+/// on misses and sweeps only, never on a hit.
+#[derive(Default, Debug)]
+pub struct CacheStats {
+    /// Per coding (gzip, br, zstd): compressions done, bytes in, bytes out,
+    /// nanoseconds spent.
+    pub compressions: [AtomicU64; 3],
+    pub bytes_in: [AtomicU64; 3],
+    pub bytes_out: [AtomicU64; 3],
+    pub nanos: [AtomicU64; 3],
+    /// Variants loaded from precompressed sidecar files.
+    pub sidecars: AtomicU64,
+    /// Entries dropped for idleness.
+    pub evictions: AtomicU64,
+    /// Entries replaced because their file changed.
+    pub stale: AtomicU64,
+    /// Variants not cached because the memory cap was reached.
+    pub full: AtomicU64,
+    /// Ready entries in the map.
+    pub entries: AtomicU64,
+}
+
+impl CacheStats {
+    /// Records one compression.
+    pub fn compressed(&self, coding: Coding, bytes_in: usize, bytes_out: usize, took: Duration) {
+        if let Some(i) = coding_index(coding) {
+            self.compressions[i].fetch_add(1, Relaxed);
+            self.bytes_in[i].fetch_add(bytes_in as u64, Relaxed);
+            self.bytes_out[i].fetch_add(bytes_out as u64, Relaxed);
+            self.nanos[i].fetch_add(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX), Relaxed);
+        }
+    }
+}
+
+/// Index of a compressed coding in the per-coding counters.
+pub fn coding_index(coding: Coding) -> Option<usize> {
+    match coding {
+        Coding::Gzip => Some(0),
+        Coding::Br => Some(1),
+        Coding::Zstd => Some(2),
+        Coding::Identity => None,
+    }
+}
+
+/// The outcome of a lookup.
+pub enum Lookup {
+    /// A fresh entry.
+    Hit(Arc<Entry>),
+    /// Another request is compressing this variant right now.
+    Busy,
+    /// Nothing fresh: the caller now owns the compression of this variant.
+    Claimed(Claim),
+    /// Nothing fresh, and the cache has no room for it.
+    Full,
+}
+
+pub struct Cache {
+    shards: Box<[RwLock<HashMap<Key, Slot>>]>,
+    hasher: RandomState,
+    budget: Arc<Budget>,
+    idle: Duration,
+    epoch: Instant,
+    pub stats: CacheStats,
+}
+
+impl Cache {
+    pub fn new(cap: u64, idle: Duration) -> Cache {
+        Cache {
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+            budget: Arc::new(Budget { cap, used: AtomicU64::new(0) }),
+            idle,
+            epoch: Instant::now(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    fn shard(&self, key: &Key) -> &RwLock<HashMap<Key, Slot>> {
+        &self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+    }
+
+    fn tick(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_secs()
+    }
+
+    /// Bytes held now, and the cap.
+    pub fn memory(&self) -> (u64, u64) {
+        (self.budget.used.load(Relaxed), self.budget.cap)
+    }
+
+    /// The entry for `key` if it was made from `identity`; otherwise
+    /// claims the variant for the caller to make (`estimate`: bytes it
+    /// may take, checked against the budget first).
+    pub fn lookup(self: &Arc<Self>, key: Key, identity: &Identity, estimate: u64, now: Instant) -> Lookup {
+        let shard = self.shard(&key);
+        let tick = self.tick(now);
+        let fresh = |slot: Option<&Slot>| match slot {
+            Some(Slot::Ready(e)) if e.identity == *identity => {
+                // One store a second at most: the line is shared.
+                if e.last_used.load(Relaxed) != tick {
+                    e.last_used.store(tick, Relaxed);
+                }
+                Some(Lookup::Hit(e.clone()))
+            }
+            Some(Slot::Busy) => Some(Lookup::Busy),
+            _ => None,
+        };
+        if let Some(found) = fresh(shard.read().unwrap_or_else(|e| e.into_inner()).get(&key)) {
+            return found;
+        }
+        let mut map = shard.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = fresh(map.get(&key)) {
+            return found;
+        }
+        if !self.budget.would_fit(estimate + ENTRY_OVERHEAD) {
+            self.stats.full.fetch_add(1, Relaxed);
+            return Lookup::Full;
+        }
+        if let Some(Slot::Ready(_)) = map.insert(key, Slot::Busy) {
+            self.stats.stale.fetch_add(1, Relaxed);
+            self.stats.entries.fetch_sub(1, Relaxed);
+        }
+        Lookup::Claimed(Claim { cache: self.clone(), key, filled: false })
+    }
+
+    /// Removes `entry` from the map if it is still the one under `key`
+    /// (its sidecar changed on disk).
+    pub fn invalidate(&self, key: Key, entry: &Arc<Entry>) {
+        let mut map = self.shard(&key).write().unwrap_or_else(|e| e.into_inner());
+        if matches!(map.get(&key), Some(Slot::Ready(e)) if Arc::ptr_eq(e, entry)) {
+            map.remove(&key);
+            self.stats.stale.fetch_add(1, Relaxed);
+            self.stats.entries.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// Drops the entries unused for the idle interval; returns how many.
+    pub fn sweep(&self, now: Instant) -> u64 {
+        let Some(limit) = self.tick(now).checked_sub(self.idle.as_secs().max(1)) else { return 0 };
+        let mut evicted = 0;
+        for shard in self.shards.iter() {
+            let mut map = shard.write().unwrap_or_else(|e| e.into_inner());
+            map.retain(|_, slot| match slot {
+                Slot::Ready(e) if e.last_used.load(Relaxed) < limit => {
+                    evicted += 1;
+                    false
+                }
+                _ => true,
+            });
+        }
+        self.stats.evictions.fetch_add(evicted, Relaxed);
+        self.stats.entries.fetch_sub(evicted, Relaxed);
+        evicted
+    }
+
+    /// How often [`Cache::sweep`] should run: often enough that an entry
+    /// goes within about a second of its idle time.
+    pub fn sweep_interval(&self) -> Duration {
+        (self.idle / 4).clamp(Duration::from_millis(250), Duration::from_secs(1))
+    }
+}
+
+/// The right, and duty, to make one variant (see the module comment).
+pub struct Claim {
+    cache: Arc<Cache>,
+    key: Key,
+    filled: bool,
+}
+
+impl Claim {
+    pub fn key(&self) -> Key {
+        self.key
+    }
+
+    /// Caches `entry` when the budget allows; either way returns it, ready
+    /// to send (uncached, it lives as long as its responses).
+    pub fn fill(mut self, mut entry: Entry, now: Instant) -> Arc<Entry> {
+        let cache = &self.cache;
+        let cost = entry.cost();
+        let cached = cache.budget.reserve(cost);
+        if cached {
+            entry.reserved = Some((cache.budget.clone(), cost));
+        } else {
+            cache.stats.full.fetch_add(1, Relaxed);
+        }
+        entry.last_used.store(cache.tick(now), Relaxed);
+        let entry = Arc::new(entry);
+        let mut map = cache.shard(&self.key).write().unwrap_or_else(|e| e.into_inner());
+        if cached {
+            map.insert(self.key, Slot::Ready(entry.clone()));
+            cache.stats.entries.fetch_add(1, Relaxed);
+        } else {
+            map.remove(&self.key);
+        }
+        self.filled = true;
+        entry
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.filled {
+            let mut map = self.cache.shard(&self.key).write().unwrap_or_else(|e| e.into_inner());
+            if let Some(Slot::Busy) = map.get(&self.key) {
+                map.remove(&self.key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(ino: u64, size: u64, mtime: i64) -> Identity {
+        Identity { dev: 1, ino, size, mtime_sec: mtime, mtime_nsec: 0 }
+    }
+
+    fn entry(id: Identity, body: usize) -> Entry {
+        Entry::new(id, None, vec![7; body].into(), b"X: y\r\n"[..].into(), b"\"e\""[..].into(), 0)
+    }
+
+    fn claim(cache: &Arc<Cache>, id: &Identity, now: Instant) -> Claim {
+        match cache.lookup(Key::new(id, Coding::Gzip), id, id.size, now) {
+            Lookup::Claimed(c) => c,
+            _ => panic!("expected a claim"),
+        }
+    }
+
+    #[test]
+    fn single_flight_then_hit_then_stale() {
+        let cache = Arc::new(Cache::new(1 << 20, Duration::from_secs(60)));
+        let now = Instant::now();
+        let id = identity(5, 1000, 10);
+        let key = Key::new(&id, Coding::Gzip);
+        let c = claim(&cache, &id, now);
+        assert!(matches!(cache.lookup(key, &id, 1000, now), Lookup::Busy));
+        c.fill(entry(id, 300), now);
+        assert!(matches!(cache.lookup(key, &id, 1000, now), Lookup::Hit(_)));
+        // The same inode changed on disk: the old entry is not served.
+        let changed = identity(5, 1001, 11);
+        let c = claim(&cache, &changed, now);
+        assert_eq!(cache.stats.stale.load(Relaxed), 1);
+        assert!(matches!(cache.lookup(key, &id, 1000, now), Lookup::Busy));
+        // A claim dropped unfilled frees the key.
+        drop(c);
+        assert!(matches!(cache.lookup(key, &changed, 1001, now), Lookup::Claimed(_)));
+    }
+
+    #[test]
+    fn the_cap_is_never_exceeded() {
+        let cap = 100_000;
+        let cache = Arc::new(Cache::new(cap, Duration::from_secs(60)));
+        let now = Instant::now();
+        let (mut cached, mut refused) = (0, 0);
+        for ino in 0..1000 {
+            let id = identity(ino, 900, 1);
+            match cache.lookup(Key::new(&id, Coding::Gzip), &id, 900, now) {
+                Lookup::Claimed(c) => {
+                    let e = c.fill(entry(id, 500), now);
+                    if e.reserved.is_some() {
+                        cached += 1;
+                    }
+                }
+                Lookup::Full => refused += 1,
+                _ => unreachable!(),
+            }
+            assert!(cache.memory().0 <= cap);
+        }
+        assert!(cached > 100 && refused > 500, "{cached} cached, {refused} refused");
+        assert!(cache.memory().0 > cap - 2000);
+        assert_eq!(cache.stats.entries.load(Relaxed), cached);
+    }
+
+    #[test]
+    fn idle_entries_are_swept_and_memory_returns() {
+        let cache = Arc::new(Cache::new(1 << 20, Duration::from_secs(2)));
+        let start = Instant::now();
+        let a = identity(1, 1000, 1);
+        let b = identity(2, 1000, 1);
+        claim(&cache, &a, start).fill(entry(a, 400), start);
+        let held = claim(&cache, &b, start).fill(entry(b, 400), start);
+        assert_eq!(cache.sweep(start + Duration::from_secs(2)), 0);
+        // `a` is used again at 2 s; `b` is not.
+        assert!(matches!(
+            cache.lookup(Key::new(&a, Coding::Gzip), &a, 0, start + Duration::from_secs(2)),
+            Lookup::Hit(_)
+        ));
+        assert_eq!(cache.sweep(start + Duration::from_secs(3)), 1);
+        assert_eq!(cache.stats.evictions.load(Relaxed), 1);
+        // An evicted entry still being sent keeps its bytes counted.
+        let before = cache.memory().0;
+        assert!(before >= 2 * 400);
+        drop(held);
+        assert_eq!(cache.memory().0, before - (400 + 6 + 3 + ENTRY_OVERHEAD));
+    }
+}
