@@ -258,18 +258,25 @@ impl Conn {
                     }
                 }
                 Phase::Backend => {
-                    if !self.out.is_empty() {
-                        match self.flush() {
-                            Sent::All => {}
-                            Sent::Wait => return Status::Open,
-                            Sent::Failed => {
-                                self.abort_backend(w);
-                                return Status::Closed;
-                            }
+                    // Read on while the program has more (so a short answer
+                    // leaves in one write), then flush.
+                    let readable = self.backend.as_ref().is_some_and(|b| b.running.readable());
+                    if readable && self.out.queued() < MAX_GATHERED {
+                        if let Some(status) = self.pump(w) {
+                            return status;
                         }
+                        continue;
                     }
-                    if let Some(status) = self.pump(w) {
-                        return status;
+                    if self.out.is_empty() {
+                        return Status::Open;
+                    }
+                    match self.flush() {
+                        Sent::All => {}
+                        Sent::Wait => return Status::Open,
+                        Sent::Failed => {
+                            self.abort_backend(w);
+                            return Status::Closed;
+                        }
                     }
                 }
                 Phase::Linger => return self.linger(w),
@@ -311,7 +318,7 @@ impl Conn {
             keep_alive: self.keep_alive,
         };
         match b.running.pump(&mut self.out, &params, shared.site.cgi.pipe_buffer) {
-            Pump::Wait => Some(Status::Open),
+            Pump::Wait => None,
             Pump::Progress => None,
             Pump::Done { keep_alive } => {
                 self.keep_alive &= keep_alive;

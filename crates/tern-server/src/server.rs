@@ -61,6 +61,7 @@ impl Server {
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(StartError::Config(format!("{section}.{key}: {message}")));
         }
+        sys::block_signals(&[libc::SIGCHLD]);
         let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
         error_log::init(&config.log.error, config.log.level)
             .map_err(|e| StartError::Config(format!("log.error: cannot open {}: {e}", config.log.error)))?;

@@ -69,17 +69,20 @@ pub fn would_block(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock
 }
 
-/// Blocks the shutdown signals in the calling thread, so they are delivered
-/// to the thread that waits for them and never interrupt a worker's
-/// system calls.
-pub fn block_shutdown_signals() {
+/// Blocks `signals` in the calling thread (and the threads it starts
+/// afterwards). Used for the shutdown signals in workers, so they reach the
+/// thread that waits for them and never interrupt a worker's system calls,
+/// and for `SIGCHLD` everywhere: exited CGI programs are collected with
+/// `waitpid`, the signal would only wake a thread for nothing. (Children
+/// start with a clean mask.)
+pub fn block_signals(signals: &[libc::c_int]) {
     // SAFETY: plain libc calls on a local, initialised signal set.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGHUP);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }

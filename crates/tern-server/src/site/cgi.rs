@@ -384,6 +384,11 @@ impl Running {
         self.status != 0
     }
 
+    /// Whether the output pipe may have bytes (or its end) to read.
+    pub fn readable(&self) -> bool {
+        self.may_read
+    }
+
     /// The pipe may have become readable (or closed).
     pub fn on_ready(&mut self, readable: bool, closed: bool) {
         self.may_read |= readable || closed;
