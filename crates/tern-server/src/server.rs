@@ -109,7 +109,7 @@ impl Server {
             let shared = shared.clone();
             let waker_tx = waker_tx.clone();
             threads.push(std::thread::Builder::new().name(format!("tern-worker-{index}")).spawn(move || {
-                sys::block_shutdown_signals();
+                sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
                 event::run(&shared, index, listeners, waker_tx)
             })?);
         }
