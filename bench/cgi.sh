@@ -175,21 +175,7 @@ build() {
 
     TERN_OK=1
     [[ " ${SERVER_LIST[*]} " == *" tern "* ]] || return 0
-    if [[ $SKIP_BUILD != 1 ]]; then
-        bench_log "cargo build --release -p tern (log: $OUT/cargo-build.log)"
-        if ! (cd "$ROOT" && cargo build --release -p tern) >"$OUT/cargo-build.log" 2>&1; then
-            tail -n 15 "$OUT/cargo-build.log" >&2
-            bench_banner "cargo build --release -p tern FAILED: the tern row is SKIPPED." \
-                         "See $OUT/cargo-build.log"
-            echo "tern: cargo build failed" >>"$SKIPS"
-            TERN_OK=0
-        fi
-    fi
-    if ((TERN_OK)) && [[ ! -x $TERN_BIN ]]; then
-        bench_banner "$TERN_BIN does not exist: the tern row is SKIPPED."
-        echo "tern: no binary at $TERN_BIN" >>"$SKIPS"
-        TERN_OK=0
-    fi
+    bench_build_tern
 }
 
 # The docroot holds only cgi-bin/hello.cgi (a copy of the built program).

@@ -52,6 +52,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib/common.sh
+source "$ROOT/bench/lib/common.sh"
 
 DUR=${DUR:-5}
 CONNS=${CONNS:-64}
@@ -71,10 +73,7 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 
 readonly PACKAGES=(nginx lighttpd lighttpd-mod-deflate wrk curl gzip python3 procps util-linux)
 readonly ALL_SERVERS=(tern-off tern-inline tern-adaptive tern-identity nginx-gzip1 nginx-gzip6 lighttpd-cache lighttpd-nocache)
-PIDS=()
 
-log() { printf '[%(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
-die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit "${1:-0}"; }
 
 parse_args() {
@@ -101,53 +100,29 @@ parse_args() {
     done
     local v s
     for v in DUR CONNS THREADS REPS WORKERS WARMUP BURST_CONNS BURST_DUR BURST_COPIES; do
-        [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || die "$v must be a positive integer (got '${!v}')"
+        [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || bench_die "$v must be a positive integer (got '${!v}')"
     done
     IFS=, read -r -a SERVER_LIST <<<"$SERVERS"
     IFS=, read -r -a BURST_LIST <<<"$BURST_SERVERS"
     IFS=, read -r -a PAGE_LIST <<<"$PAGES"
     for s in "${SERVER_LIST[@]}" "${BURST_LIST[@]}"; do
-        [[ " ${ALL_SERVERS[*]} " == *" $s "* ]] || die "unknown server '$s' (known: ${ALL_SERVERS[*]})"
+        [[ " ${ALL_SERVERS[*]} " == *" $s "* ]] || bench_die "unknown server '$s' (known: ${ALL_SERVERS[*]})"
     done
     for s in "${PAGE_LIST[@]}"; do
-        [[ " 6040 11426 22132 41518 " == *" $s "* ]] || die "unknown page size '$s'"
+        [[ " 6040 11426 22132 41518 " == *" $s "* ]] || bench_die "unknown page size '$s'"
     done
 }
 
 # ------------------------------------------------------------------ setup
 
-# Installs missing packages without starting their services: the project's
-# scripts/ensure-packages.sh where it exists, else the same rule inline.
-ensure_packages() {
-    if [[ -x $ROOT/scripts/ensure-packages.sh ]]; then
-        "$ROOT/scripts/ensure-packages.sh" "${PACKAGES[@]}"
-        return
-    fi
-    local missing=() p
-    for p in "${PACKAGES[@]}"; do
-        dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing+=("$p")
-    done
-    [[ ${#missing[@]} -eq 0 ]] && return 0
-    [[ $(id -u) -eq 0 ]] || die "missing packages: ${missing[*]} (run: sudo apt-get install ${missing[*]})"
-    log "installing ${missing[*]} (services not started)"
-    local policy=0
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && policy=1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get -y -q update >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get -y -q install "${missing[@]}" >/dev/null
-    ((policy)) && rm -f /usr/sbin/policy-rc.d
-    return 0
-}
-
 setup() {
-    ensure_packages
+    "$ROOT/scripts/ensure-packages.sh" "${PACKAGES[@]}"
     OUT=$ROOT/bench/out/compression-$(date +%Y%m%d-%H%M%S)
     mkdir -p "$OUT"
     RUNS=$OUT/runs.jsonl
     : >"$RUNS"
     ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-    ((BURST_CONNS + 200 <= $(ulimit -n))) || die "open-file limit $(ulimit -n) too low for $BURST_CONNS connections"
+    ((BURST_CONNS + 200 <= $(ulimit -n))) || bench_die "open-file limit $(ulimit -n) too low for $BURST_CONNS connections"
     SERVER_PIN=() CLIENT_PIN=()
     if [[ $PIN == 1 ]] && (($(nproc) >= 2)); then
         SERVER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1)
@@ -157,7 +132,7 @@ setup() {
     DOCROOT=$OUT/docroot
     local copies=0
     [[ $NO_BURST == 1 ]] || copies=$BURST_COPIES
-    log "writing pages (and $((copies * 4)) burst pages) to $DOCROOT"
+    bench_log "writing pages (and $((copies * 4)) burst pages) to $DOCROOT"
     python3 "$ROOT/bench/lib/compression_pages.py" "$DOCROOT" "$copies"
     # Every burst page once, in turn (equal weights: tern bench walks the
     # list in order), so each is cold the first time.
@@ -182,75 +157,6 @@ setup() {
         printf 'pinning\t%s\n' "$( ((PIN)) && echo 'server on CPU 0, wrk on CPU 1' || echo none)"
         printf 'clk_tck\t%s\n' "$(getconf CLK_TCK)"
     } >"$OUT/meta.tsv"
-}
-
-build_tern() {
-    TERN_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/tern
-    if [[ $SKIP_BUILD != 1 ]]; then
-        log "cargo build --release -p tern"
-        (cd "$ROOT" && cargo build --release -p tern) >"$OUT/cargo-build.log" 2>&1 ||
-            { tail -n 20 "$OUT/cargo-build.log" >&2; die "cargo build failed"; }
-    fi
-    [[ -x $TERN_BIN ]] || die "no tern binary at $TERN_BIN"
-}
-
-# ------------------------------------------------------------------ servers
-
-# The process tree under $1, one PID per line.
-proc_tree() {
-    [[ -d /proc/$1 ]] || return 0
-    ps -e -o pid=,ppid= | awk -v root="$1" '
-        { kids[$2] = kids[$2] " " $1 }
-        END { q[1] = root; n = 1; i = 1
-              while (i <= n) { p = q[i++]; print p; m = split(kids[p], k, " "); for (j = 1; j <= m; j++) q[++n] = k[j] } }'
-}
-
-# utime+stime in clock ticks of the tree under $1 (exited threads included).
-tree_ticks() {
-    local total=0 pid stat
-    local -a f
-    for pid in $(proc_tree "$1"); do
-        stat=$(cat /proc/"$pid"/stat 2>/dev/null) || continue
-        stat=${stat##*) }
-        read -r -a f <<<"$stat"
-        total=$((total + f[11] + f[12]))
-    done
-    echo "$total"
-}
-
-# Stops the tree under $1 (SIGTERM, then SIGKILL after 5 s); only that tree.
-stop_tree() {
-    local pid alive
-    local -a pids
-    mapfile -t pids < <(proc_tree "$1")
-    [[ ${#pids[@]} -gt 0 ]] || return 0
-    kill -TERM "$1" 2>/dev/null || true
-    for _ in $(seq 1 50); do
-        alive=0
-        for pid in "${pids[@]}"; do
-            [[ -d /proc/$pid && $(awk '{print $3}' /proc/"$pid"/stat 2>/dev/null) != Z ]] && alive=1
-        done
-        ((alive)) || break
-        sleep 0.1
-    done
-    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-    wait "$1" 2>/dev/null || true
-}
-
-stop_all() {
-    local pid
-    for pid in "${PIDS[@]}"; do stop_tree "$pid"; done
-    PIDS=()
-}
-
-free_port() {
-    local port used
-    used=$(ss -Hltn 2>/dev/null | awk '{ n = split($4, a, ":"); print a[n] }')
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 12000))
-        grep -qx "$port" <<<"$used" || { echo "$port"; return 0; }
-    done
-    die "no free port"
 }
 
 write_config() {
@@ -360,22 +266,14 @@ start_server() {
     printf '%q ' "${cmd[@]}" >"$RUNDIR/command.txt"
     "${SERVER_PIN[@]}" "${cmd[@]}" >"$RUNDIR/stdout.log" 2>"$RUNDIR/stderr.log" &
     SRV_PID=$!
-    PIDS+=("$SRV_PID")
-    local deadline=$((SECONDS + 15)) code
-    while ((SECONDS < deadline)); do
-        kill -0 "$SRV_PID" 2>/dev/null || break
-        code=$(curl -s -o /dev/null -m 1 -w '%{http_code}' "http://127.0.0.1:$PORT/page-6040.html") || code=000
-        [[ $code == 200 ]] && return 0
-        sleep 0.1
-    done
-    die "$name did not start: $(tail -n 5 "$RUNDIR/stderr.log" "$RUNDIR/error.log" 2>/dev/null | tr '\n' ' ')"
+    BENCH_PIDS+=("$SRV_PID")
+    wait_http "http://127.0.0.1:$PORT/page-6040.html" "$SRV_PID" 15 && return 0
+    bench_die "$name did not start: $(tail -n 5 "$RUNDIR/stderr.log" "$RUNDIR/error.log" 2>/dev/null | tr '\n' ' ')"
 }
 
 stop_server() {
     stop_tree "$SRV_PID"
-    local keep=() p
-    for p in "${PIDS[@]}"; do [[ $p == "$SRV_PID" ]] || keep+=("$p"); done
-    PIDS=("${keep[@]}")
+    forget_pid "$SRV_PID"
 }
 
 # Head and body bytes of one response, the body checked against the page.
@@ -389,11 +287,11 @@ wire_bytes() {
     local encoding
     encoding=$(awk -F': *' 'tolower($1) == "content-encoding" { sub(/\r$/, "", $2); print $2 }' "$chk.head")
     if [[ $encoding == gzip ]]; then
-        gzip -dc <"$chk.body" >"$chk.plain" || die "$name: /page-$page.html: the gzip body does not decode"
+        gzip -dc <"$chk.body" >"$chk.plain" || bench_die "$name: /page-$page.html: the gzip body does not decode"
     else
         cp "$chk.body" "$chk.plain"
     fi
-    cmp -s "$chk.plain" "$DOCROOT/page-$page.html" || die "$name: /page-$page.html decodes to other bytes (see $chk.*)"
+    cmp -s "$chk.plain" "$DOCROOT/page-$page.html" || bench_die "$name: /page-$page.html decodes to other bytes (see $chk.*)"
     rm -f "$chk.body" "$chk.plain"
     echo "$sizes ${encoding:-identity}"
 }
@@ -404,11 +302,11 @@ wrk_run() {
     local file=$RUNDIR/wrk-$page-$rep.txt ae=(-H 'Accept-Encoding: gzip')
     [[ $name == tern-identity ]] && ae=()
     local cpu0 cpu1 t0 t1
-    cpu0=$(tree_ticks "$SRV_PID"); t0=$(date +%s.%N)
+    cpu0=$(tree_cpu_ticks "$SRV_PID"); t0=$(date +%s.%N)
     timeout -k 5 $((dur + 30)) "${CLIENT_PIN[@]}" wrk -t"$THREADS" -c"$CONNS" -d"${dur}s" --timeout 5s --latency \
         "${ae[@]}" "http://127.0.0.1:$PORT/page-$page.html" >"$file" 2>&1 || echo "wrk exited with $?" >>"$file"
-    t1=$(date +%s.%N); cpu1=$(tree_ticks "$SRV_PID")
-    kill -0 "$SRV_PID" 2>/dev/null || die "$name died during page $page (see $RUNDIR)"
+    t1=$(date +%s.%N); cpu1=$(tree_cpu_ticks "$SRV_PID")
+    kill -0 "$SRV_PID" 2>/dev/null || bench_die "$name died during page $page (see $RUNDIR)"
     [[ $rep == warmup ]] && return 0
     printf '{"kind":"steady","server":"%s","page":%s,"rep":%s,"wrk_file":"%s","server_cpu_ticks":%d,"wall_s":%s,"wire":"%s"}\n' \
         "$name" "$page" "$rep" "$file" $((cpu1 - cpu0)) "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')" \
@@ -417,14 +315,14 @@ wrk_run() {
 
 steady() {
     local name=$1 page rep
-    log "=== $name"
+    bench_log "=== $name"
     start_server "$name" steady
     for page in "${PAGE_LIST[@]}"; do
         wrk_run "$name" "$page" warmup "$WARMUP"
         WIRE=$(wire_bytes "$name" "$page")
         for rep in $(seq 1 "$REPS"); do
             wrk_run "$name" "$page" "$rep" "$DUR"
-            log "$name $page rep $rep: $(awk '/^Requests\/sec/ {print $2 " req/s"}' "$RUNDIR/wrk-$page-$rep.txt"), wire: $WIRE"
+            bench_log "$name $page rep $rep: $(awk '/^Requests\/sec/ {print $2 " req/s"}' "$RUNDIR/wrk-$page-$rep.txt"), wire: $WIRE"
         done
     done
     [[ $name == tern-* ]] && curl -s -m 10 "http://127.0.0.1:$PORT/_tern/status" >"$RUNDIR/status.json"
@@ -433,7 +331,7 @@ steady() {
 
 burst() {
     local name=$1 file
-    log "=== burst: $name, $BURST_CONNS connections at once, ${BURST_DUR}s, all files cold"
+    bench_log "=== burst: $name, $BURST_CONNS connections at once, ${BURST_DUR}s, all files cold"
     start_server "$name" burst
     # "Cold" means cold for the server's own caches, not for the disk: this
     # machine's kernel reclaims idle page cache proactively (DAMON), so the
@@ -441,11 +339,11 @@ burst() {
     find "$DOCROOT/burst" -name '*.html' -exec cat {} + >/dev/null
     file=$RUNDIR/burst.json
     local cpu0 cpu1
-    cpu0=$(tree_ticks "$SRV_PID")
+    cpu0=$(tree_cpu_ticks "$SRV_PID")
     timeout -k 5 $((BURST_DUR + 30)) "${CLIENT_PIN[@]}" "$TERN_BIN" bench -t1 -c"$BURST_CONNS" -d"${BURST_DUR}s" \
         --timeout 5s --json --mix "$OUT/burst.mix" -H 'Accept-Encoding: gzip' "http://127.0.0.1:$PORT/" \
         >"$file" 2>"$RUNDIR/burst.err" || echo "tern bench exited with $?" >>"$RUNDIR/burst.err"
-    cpu1=$(tree_ticks "$SRV_PID")
+    cpu1=$(tree_cpu_ticks "$SRV_PID")
     local status=""
     if [[ $name == tern-* ]]; then
         curl -s -m 10 "http://127.0.0.1:$PORT/_tern/status" >"$RUNDIR/status.json"
@@ -453,7 +351,7 @@ burst() {
     fi
     printf '{"kind":"burst","server":"%s","bench_file":"%s","server_cpu_ticks":%d,"status_file":"%s"}\n' \
         "$name" "$file" $((cpu1 - cpu0)) "$status" >>"$RUNS"
-    log "burst $name: $(python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); print("%.0f req/s, p99 %.1f ms" % (d["requests_per_s"], d["latency"]["service"]["p99_us"] / 1e3))' "$file" 2>/dev/null || echo "no result, see $RUNDIR/burst.err")"
+    bench_log "burst $name: $(python3 -c 'import json,sys; d = json.load(open(sys.argv[1])); print("%.0f req/s, p99 %.1f ms" % (d["requests_per_s"], d["latency"]["service"]["p99_us"] / 1e3))' "$file" 2>/dev/null || echo "no result, see $RUNDIR/burst.err")"
     stop_server
 }
 
@@ -463,7 +361,9 @@ main() {
     trap stop_all EXIT
     trap 'exit 130' INT TERM
     setup
-    build_tern
+    SKIPS=$OUT/skipped.txt
+    bench_build_tern
+    ((TERN_OK)) || bench_die "tern is needed for this benchmark"
     local start=$SECONDS name
     for name in "${SERVER_LIST[@]}"; do steady "$name"; done
     if [[ $NO_BURST != 1 ]]; then
@@ -471,7 +371,7 @@ main() {
     fi
     printf 'loadavg_end\t%s\nelapsed_s\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" $((SECONDS - start)) >>"$OUT/meta.tsv"
     python3 "$ROOT/bench/lib/compression_report.py" "$OUT" | tee "$OUT/report.md"
-    log "raw data and results.json in $OUT"
+    bench_log "raw data and results.json in $OUT"
 }
 
 main "$@"

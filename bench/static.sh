@@ -163,26 +163,11 @@ make_docroot() {
 }
 
 build_tern() {
-    TERN_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/tern
-    TERN_OK=1
     local s want=0
+    TERN_OK=1
     for s in "${SERVER_LIST[@]}"; do [[ $s == tern-* ]] && want=1; done
     ((want)) || return 0
-    if [[ $SKIP_BUILD != 1 ]]; then
-        bench_log "cargo build --release -p tern (log: $OUT/cargo-build.log)"
-        if ! (cd "$ROOT" && cargo build --release -p tern) >"$OUT/cargo-build.log" 2>&1; then
-            tail -n 15 "$OUT/cargo-build.log" >&2
-            bench_banner "cargo build --release -p tern FAILED: every tern row is SKIPPED." \
-                         "See $OUT/cargo-build.log"
-            echo "tern: cargo build failed" >>"$SKIPS"
-            TERN_OK=0
-        fi
-    fi
-    if ((TERN_OK)) && [[ ! -x $TERN_BIN ]]; then
-        bench_banner "$TERN_BIN does not exist: every tern row is SKIPPED."
-        echo "tern: no binary at $TERN_BIN" >>"$SKIPS"
-        TERN_OK=0
-    fi
+    bench_build_tern
 }
 
 write_meta() {

@@ -135,3 +135,25 @@ stop_all() {
     done
     BENCH_PIDS=()
 }
+
+# bench_build_tern: builds tern in release mode (unless SKIP_BUILD=1) and sets
+# TERN_BIN and TERN_OK (1, or 0 after a loud banner and a line in $SKIPS
+# when the build fails or the binary is missing). Needs ROOT, OUT, SKIPS.
+bench_build_tern() {
+    TERN_BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/tern
+    TERN_OK=1
+    if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+        bench_log "cargo build --release -p tern (log: $OUT/cargo-build.log)"
+        if ! (cd "$ROOT" && cargo build --release -p tern) >"$OUT/cargo-build.log" 2>&1; then
+            tail -n 15 "$OUT/cargo-build.log" >&2
+            bench_banner "cargo build --release -p tern FAILED: tern is SKIPPED." "See $OUT/cargo-build.log"
+            echo "tern: cargo build failed" >>"$SKIPS"
+            TERN_OK=0
+        fi
+    fi
+    if ((TERN_OK)) && [[ ! -x $TERN_BIN ]]; then
+        bench_banner "$TERN_BIN does not exist: tern is SKIPPED."
+        echo "tern: no binary at $TERN_BIN" >>"$SKIPS"
+        TERN_OK=0
+    fi
+}
