@@ -31,6 +31,15 @@ pub struct Shared {
     pub access: AccessTarget,
 }
 
+/// What a signal asks of a running server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGTERM or SIGINT: stop gracefully.
+    Stop,
+    /// SIGHUP: load the configuration again and take over from this server.
+    Reload,
+}
+
 /// A running server.
 pub struct Server {
     /// SIGTERM and SIGINT, caught from before the first connection can be
@@ -62,7 +71,7 @@ impl Server {
             return Err(StartError::Config(format!("{section}.{key}: {message}")));
         }
         sys::block_signals(&[libc::SIGCHLD]);
-        let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])?;
+        let signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
         error_log::init(&config.log.error, config.log.level)
             .map_err(|e| StartError::Config(format!("log.error: cannot open {}: {e}", config.log.error)))?;
         let access = AccessTarget::open(&config.log.access)
@@ -138,13 +147,13 @@ impl Server {
         &self.shared.config
     }
 
-    /// Runs until SIGTERM or SIGINT, then shuts down gracefully.
-    pub fn run_until_signal(mut self) -> std::io::Result<()> {
-        if let Some(signal) = self.signals.forever().next() {
-            crate::log!(crate::config::Level::Info, "signal {signal}: shutting down");
+    /// Waits for the next signal that concerns the server: SIGTERM or
+    /// SIGINT (stop) or SIGHUP (reload).
+    pub fn wait_for_signal(&mut self) -> Signal {
+        match self.signals.forever().next() {
+            Some(libc::SIGHUP) => Signal::Reload,
+            _ => Signal::Stop,
         }
-        self.stop();
-        Ok(())
     }
 
     /// Stops accepting, lets in-flight responses finish (up to

@@ -92,6 +92,52 @@ fn sigterm_finishes_in_flight_responses() {
 }
 
 #[test]
+fn sighup_reloads_without_refusing_or_cutting_anything() {
+    let site = common::site();
+    let size: usize = 64 << 20;
+    std::fs::File::create(site.root.join("huge.bin")).unwrap().set_len(size as u64).unwrap();
+    let base = "[log]\naccess = \"off\"\n";
+    let mut tern = Tern::start(&site.root, "sendfile", &format!("{base}[server]\nserver_header = \"tern-one\"\n"), &[]);
+    assert_eq!(get(tern.addr, "/small.txt", "").header("server"), Some("tern-one"));
+    // A download in flight across the reload.
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut got = s.read(&mut buf).unwrap();
+    std::fs::write(tern.config_path(), format!("{base}[server]\nserver_header = \"tern-two\"\n")).unwrap();
+    unsafe { libc::kill(tern.pid(), libc::SIGHUP) };
+    // Requests keep being answered while the servers change hands.
+    let start = Instant::now();
+    let mut seen_two = false;
+    while start.elapsed() < Duration::from_secs(5) && !seen_two {
+        let r = get(tern.addr, "/small.txt", "");
+        assert_eq!(r.status, 200);
+        seen_two = r.header("server") == Some("tern-two");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(seen_two, "the new configuration was not taken up");
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got += n;
+        if got > size {
+            break;
+        }
+    }
+    assert!(got > size, "the in-flight download was cut at {got} bytes");
+    // A configuration that does not load leaves the running one in place.
+    std::fs::write(tern.config_path(), format!("{base}[server]\nworkers = \"many\"\n")).unwrap();
+    unsafe { libc::kill(tern.pid(), libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(tern.alive());
+    assert_eq!(get(tern.addr, "/small.txt", "").header("server"), Some("tern-two"));
+    assert!(tern.stderr.lock().unwrap().contains("reload failed"), "{}", tern.stderr.lock().unwrap());
+    assert!(tern.terminate(Duration::from_secs(10)).expect("exits").success());
+}
+
+#[test]
 fn status_and_metrics_report_what_happened() {
     let site = common::site();
     let tern = Tern::start(&site.root, "mmap", "", &[]);

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use tern_server::config::{IoMethod, Listen};
+use tern_server::server::Signal;
 use tern_server::{Config, Server};
 
 #[derive(clap::Args)]
@@ -44,34 +45,40 @@ pub struct Args {
     pub check: bool,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// The configuration: the file (if any) with the command line's overrides.
+fn configuration(args: &Args) -> anyhow::Result<Config> {
     let mut config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    if let Some(dir) = args.dir {
-        config.server.root = dir;
+    if let Some(dir) = &args.dir {
+        config.server.root = dir.clone();
     }
     if !args.listen.is_empty() {
-        config.server.listen = args.listen.into_iter().map(Listen).collect();
+        config.server.listen = args.listen.iter().copied().map(Listen).collect();
     }
-    if let Some(io) = args.io {
+    if let Some(io) = &args.io {
         config.static_files.io = io.parse::<IoMethod>().map_err(anyhow::Error::msg)?;
     }
     if let Some(workers) = args.workers {
         config.server.workers = workers;
     }
-    if let Some(log) = args.access_log {
-        config.log.access = log;
+    if let Some(log) = &args.access_log {
+        config.log.access = log.clone();
     }
     if let Some((section, key, message)) = config.broken_rule() {
         anyhow::bail!("{section}.{key}: {message}");
     }
+    Ok(config)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = configuration(&args)?;
     if args.check {
         println!("configuration OK");
         return Ok(ExitCode::SUCCESS);
     }
-    let server = Server::start(config).context("cannot start")?;
+    let mut server = Server::start(config).context("cannot start")?;
     let c = server.config();
     for addr in server.local_addrs() {
         eprintln!(
@@ -81,6 +88,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             server.workers()
         );
     }
-    server.run_until_signal()?;
+    while server.wait_for_signal() == Signal::Reload {
+        server = reload(&args, server);
+    }
+    server.stop();
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGHUP: start a server with the configuration as it is now, beside the
+/// running one (`SO_REUSEPORT` lets both listen on the same addresses), then
+/// stop the old one gracefully — its in-flight responses finish, nothing is
+/// refused meanwhile. A configuration that does not load or start leaves the
+/// running server as it was.
+fn reload(args: &Args, running: Server) -> Server {
+    let started = configuration(args).and_then(|mut config| {
+        // Port 0 was resolved at the first start: keep the ports in use.
+        for listen in &mut config.server.listen {
+            if listen.0.port() == 0 {
+                if let Some(bound) = running.local_addrs().iter().find(|a| a.ip() == listen.0.ip()) {
+                    listen.0 = *bound;
+                }
+            }
+        }
+        Server::start(config).context("cannot start")
+    });
+    match started {
+        Ok(next) => {
+            eprintln!("tern: configuration reloaded");
+            running.stop();
+            next
+        }
+        Err(err) => {
+            eprintln!("tern: reload failed, the running configuration stays: {err:#}");
+            running
+        }
+    }
 }

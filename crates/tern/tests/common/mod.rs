@@ -87,6 +87,11 @@ impl Tern {
         Tern { child, addr, stderr: log, _config: Some(file) }
     }
 
+    /// The configuration file the server was started with.
+    pub fn config_path(&self) -> &Path {
+        self._config.as_ref().expect("started with a config file").path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
