@@ -135,18 +135,8 @@ setup() {
     [[ $PROFILE == 1 ]] && pkgs+=(strace linux-perf)
     "$ROOT/scripts/ensure-packages.sh" "${pkgs[@]}"
 
-    OUT=$ROOT/bench/out/cgi-$(date +%Y%m%d-%H%M%S)
-    mkdir -p "$OUT"
-    RUNS=$OUT/runs.jsonl
-    : >"$RUNS"
-    SKIPS=$OUT/skipped.txt
-    : >"$SKIPS"
-
-    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-    MAXFDS=$(ulimit -n)
-    [[ $MAXFDS == unlimited ]] && MAXFDS=1048576
-    ((MAXFDS > 65536)) && MAXFDS=65536
-    ((MAXFDS >= 2 * CONNS + 100)) || bench_die "open-file limit $MAXFDS is too low for $CONNS connections"
+    bench_start_run cgi
+    bench_raise_fd_limit $((2 * CONNS + 100)) "$CONNS connections"
 
     # Commands are prefixed with these (never run a shell function in the
     # background: $! would be a subshell, not the program).

@@ -14,6 +14,9 @@ import re
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib"))
+import wrk  # noqa: E402  (bench/lib)
+
 TARGET = ("tern", "lighttpd", 1.2)  # tern >= 1.2x lighttpd (issue 4)
 ORDER = ["tern", "lighttpd", "nginx-fcgiwrap"]
 
@@ -27,45 +30,12 @@ def read_meta(outdir):
     return meta
 
 
-def latency_ms(text):
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
-    if not m:
-        return None
-    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[m.group(2)]
-    return float(m.group(1)) * scale
-
-
 def parse_wrk(path):
-    r = {"rps": None, "requests": None, "p50_ms": None, "p99_ms": None, "non2xx": 0,
-         "socket_errors": {}, "problems": []}
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError as e:
-        r["problems"].append(str(e))
-        return r
-    m = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
-    if m:
-        r["rps"] = float(m.group(1))
-    m = re.search(r"^\s*(\d+) requests in", text, re.M)
-    if m:
-        r["requests"] = int(m.group(1))
-    for pct, key in (("50%", "p50_ms"), ("99%", "p99_ms")):
-        m = re.search(r"^\s*" + re.escape(pct) + r"\s+(\S+)", text, re.M)
-        if m:
-            r[key] = latency_ms(m.group(1))
-    m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
-    if m:
-        r["non2xx"] = int(m.group(1))
-    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-    if m:
-        r["socket_errors"] = dict(zip(("connect", "read", "write", "timeout"), map(int, m.groups())))
-    for line in text.splitlines():
-        if line.startswith("wrk exited") or "unable to connect" in line:
-            r["problems"].append(line.strip())
-    if r["rps"] is None:
-        r["problems"].append("no Requests/sec line")
-    return r
+    """wrk's numbers, with latencies in ms as this report prints them."""
+    w = wrk.parse(path)
+    ms = {k: (w[f"{k}_us"] / 1e3 if w[f"{k}_us"] is not None else None) for k in ("p50", "p99")}
+    return {"rps": w["rps"], "requests": w["requests"], "p50_ms": ms["p50"], "p99_ms": ms["p99"],
+            "non2xx": w["non_2xx_3xx"], "socket_errors": w["socket_errors"], "problems": w["problems"]}
 
 
 def fmt_int(x):

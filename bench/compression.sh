@@ -117,12 +117,8 @@ parse_args() {
 
 setup() {
     "$ROOT/scripts/ensure-packages.sh" "${PACKAGES[@]}"
-    OUT=$ROOT/bench/out/compression-$(date +%Y%m%d-%H%M%S)
-    mkdir -p "$OUT"
-    RUNS=$OUT/runs.jsonl
-    : >"$RUNS"
-    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-    ((BURST_CONNS + 200 <= $(ulimit -n))) || bench_die "open-file limit $(ulimit -n) too low for $BURST_CONNS connections"
+    bench_start_run compression
+    bench_raise_fd_limit $((BURST_CONNS + 200)) "$BURST_CONNS connections"
     SERVER_PIN=() CLIENT_PIN=()
     if [[ $PIN == 1 ]] && (($(nproc) >= 2)); then
         SERVER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1)
@@ -361,7 +357,6 @@ main() {
     trap stop_all EXIT
     trap 'exit 130' INT TERM
     setup
-    SKIPS=$OUT/skipped.txt
     bench_build_tern
     ((TERN_OK)) || bench_die "tern is needed for this benchmark"
     local start=$SECONDS name

@@ -115,20 +115,9 @@ parse_args() {
 setup() {
     "$ROOT/scripts/ensure-packages.sh" "${PACKAGES[@]}"
 
-    OUT=$ROOT/bench/out/static-$(date +%Y%m%d-%H%M%S)
-    mkdir -p "$OUT"
-    RUNS=$OUT/runs.jsonl
-    : >"$RUNS"
-    SKIPS=$OUT/skipped.txt
-    : >"$SKIPS"
-
+    bench_start_run static
     # Enough descriptors for IDLE_CONNS connections, in us and in the servers.
-    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-    MAXFDS=$(ulimit -n)
-    [[ $MAXFDS == unlimited ]] && MAXFDS=1048576
-    ((MAXFDS > 65536)) && MAXFDS=65536
-    ((MAXFDS >= IDLE_CONNS + 100)) ||
-        bench_die "open-file limit $MAXFDS is too low for $IDLE_CONNS idle connections (lower --idle-conns)"
+    bench_raise_fd_limit $((IDLE_CONNS + 100)) "$IDLE_CONNS idle connections (lower --idle-conns)"
 
     # Commands are prefixed with these (never run a shell function in the
     # background: $! would be a subshell, not the program).

@@ -157,3 +157,25 @@ bench_build_tern() {
         TERN_OK=0
     fi
 }
+
+# bench_start_run NAME: a fresh output directory bench/out/NAME-<time> with
+# empty runs.jsonl and skipped.txt; sets OUT, RUNS and SKIPS. Needs ROOT.
+bench_start_run() {
+    OUT=$ROOT/bench/out/$1-$(date +%Y%m%d-%H%M%S)
+    mkdir -p "$OUT"
+    RUNS=$OUT/runs.jsonl
+    SKIPS=$OUT/skipped.txt
+    : >"$RUNS"
+    : >"$SKIPS"
+}
+
+# bench_raise_fd_limit NEEDED WHAT: raises the open-file limit to the hard
+# limit and sets MAXFDS (capped at 65536); dies, naming WHAT, when it is
+# below NEEDED.
+bench_raise_fd_limit() {
+    ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+    MAXFDS=$(ulimit -n)
+    [[ $MAXFDS == unlimited ]] && MAXFDS=1048576
+    ((MAXFDS > 65536)) && MAXFDS=65536
+    ((MAXFDS >= $1)) || bench_die "open-file limit $MAXFDS is too low for $2"
+}

@@ -12,39 +12,18 @@ import re
 import statistics
 import sys
 
-UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
+import wrk
+
 PEERS = ("nginx-gzip6", "nginx-gzip1", "lighttpd-cache")
 TERN = ("tern-off", "tern-inline", "tern-adaptive")
 
 
-def ms(text):
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
-    return float(m.group(1)) * UNITS[m.group(2)] if m else None
-
-
 def parse_wrk(path):
-    text = open(path).read()
-    r = {"requests": 0, "rps": 0.0, "p50": None, "p99": None, "max": None, "errors": 0, "non2xx": 0}
-    m = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.M)
-    if m:
-        r["rps"] = float(m.group(1))
-    m = re.search(r"^\s*(\d+) requests in", text, re.M)
-    if m:
-        r["requests"] = int(m.group(1))
-    for pct, key in (("50%", "p50"), ("99%", "p99")):
-        m = re.search(r"^\s+%s\s+(\S+)" % re.escape(pct), text, re.M)
-        if m:
-            r[key] = ms(m.group(1))
-    m = re.search(r"^\s+Latency\s+\S+\s+\S+\s+(\S+)", text, re.M)
-    if m:
-        r["max"] = ms(m.group(1))
-    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-    if m:
-        r["errors"] = sum(int(x) for x in m.groups())
-    m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-    if m:
-        r["non2xx"] = int(m.group(1))
-    return r
+    """wrk's numbers, with latencies in ms as this report prints them."""
+    w = wrk.parse(path)
+    ms = {k: (w[f"{k}_us"] / 1e3 if w[f"{k}_us"] is not None else None) for k in ("p50", "p99", "max")}
+    return {"requests": w["requests"] or 0, "rps": w["rps"] or 0.0, **ms,
+            "errors": sum(w["socket_errors"].values()), "non2xx": w["non_2xx_3xx"]}
 
 
 def fmt(v, digits=0):

@@ -12,53 +12,13 @@ import re
 import sys
 from pathlib import Path
 
+import wrk
+
 PEERS = ["nginx", "lighttpd", "h2o"]
 TERNS = ["tern-sendfile", "tern-mmap", "tern-read"]
 ORDER = PEERS + ["minimal"] + TERNS
 SIZE_LABEL = {"1k": "1 KiB", "40k": "40 KiB", "1m": "1 MiB"}
 SIZE_ORDER = ["1k", "40k", "1m"]
-
-# wrk prints binary units (format_binary, base 1024) and times in us/ms/s/m/h.
-BIN_UNITS = {"B": 1, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
-TIME_US = {"us": 1.0, "ms": 1e3, "s": 1e6, "m": 60e6, "h": 3600e6}
-
-
-def parse_time_us(text):
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", text)
-    return float(m.group(1)) * TIME_US[m.group(2)] if m else None
-
-
-def parse_wrk(path):
-    """The numbers of one wrk output file (None where absent)."""
-    text = Path(path).read_text(errors="replace")
-    out = {"requests": None, "wrk_seconds": None, "rps": None, "transfer_bytes_per_s": None,
-           "p50_us": None, "p90_us": None, "p99_us": None, "socket_errors": 0,
-           "non_2xx_3xx": 0, "exit_problem": None}
-    m = re.search(r"^\s*(\d+) requests in ([\d.]+\w+), ([\d.]+)(\w+) read", text, re.M)
-    if m:
-        out["requests"] = int(m.group(1))
-        out["wrk_seconds"] = parse_time_us(m.group(2)) / 1e6
-    m = re.search(r"^Requests/sec:\s*([\d.]+)", text, re.M)
-    if m:
-        out["rps"] = float(m.group(1))
-    m = re.search(r"^Transfer/sec:\s*([\d.]+)(\w+)", text, re.M)
-    if m:
-        out["transfer_bytes_per_s"] = float(m.group(1)) * BIN_UNITS.get(m.group(2), 1)
-    for pct, key in (("50", "p50_us"), ("90", "p90_us"), ("99", "p99_us")):
-        m = re.search(rf"^\s*{pct}%\s+([\d.]+\w+)", text, re.M)
-        if m:
-            out[key] = parse_time_us(m.group(1))
-    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
-    if m:
-        out["socket_errors"] = sum(int(g) for g in m.groups())
-    m = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-    if m:
-        out["non_2xx_3xx"] = int(m.group(1))
-    m = re.search(r"wrk exited with (\d+)", text)
-    if m:
-        out["exit_problem"] = f"wrk exited with {m.group(1)}"
-    return out
-
 
 def parse_strace(path):
     """(total calls, {syscall: calls}) from an `strace -c` summary."""
@@ -131,7 +91,7 @@ def main():
     # ---- load runs: every repetition, then the median one per server and size
     runs = []
     for r in (r for r in records if r["kind"] == "load"):
-        w = parse_wrk(r["wrk_file"])
+        w = wrk.parse(r["wrk_file"])
         cpu_s = r["server_cpu_ticks"] / clk
         wall = r["wall_s"]
         run = dict(r, **w)
@@ -145,7 +105,7 @@ def main():
         run["others_cores"] = max(others, 0.0) / wall if wall else None
         run["client_cores"] = r["client_cpu_ms"] / 1000 / wall if wall else None
         run["gib_per_s"] = w["transfer_bytes_per_s"] / (1 << 30) if w["transfer_bytes_per_s"] else None
-        run["errors"] = w["socket_errors"] + w["non_2xx_3xx"]
+        run["errors"] = wrk.errors(w)
         runs.append(run)
 
     summary = {}  # size -> server -> median run (+ spread)
@@ -165,7 +125,7 @@ def main():
         total, per = parse_strace(r["strace_file"])
         idle_total, _ = parse_strace(r["idle_strace_file"])
         idle_rate = idle_total / r["idle_traced_s"] if idle_total is not None and r["idle_traced_s"] else 0.0
-        w = parse_wrk(r["wrk_file"])
+        w = wrk.parse(r["wrk_file"])
         reqs = w["requests"]
         ok = total is not None and bool(reqs)
         sysc[r["server"]] = {
@@ -317,7 +277,7 @@ def main():
         p("skipped: " + "; ".join(skipped))
     warn = [f"{r['server']} {r['size']} rep {r['rep']}: {r['errors']} errors"
             for r in runs if r["errors"]] + \
-           [f"{r['server']} {r['size']} rep {r['rep']}: {r['exit_problem']}" for r in runs if r["exit_problem"]]
+           [f"{r['server']} {r['size']} rep {r['rep']}: {'; '.join(r['problems'])}" for r in runs if r["problems"]]
     if warn:
         p("")
         p("wrk reported problems: " + "; ".join(warn))
