@@ -274,9 +274,9 @@ fn an_interrupt_ends_the_run_with_what_was_measured() {
         load::run(&plan(&server.url("/i")), &opts(2, 1, Stop::Duration(Duration::from_secs(30))), &interrupt).unwrap()
     });
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
-    assert!(r.interrupted);
+    assert!(r.run.interrupted);
     assert!(r.requests > 0 && r.requests <= server.requests());
-    assert!(r.elapsed_s < 3.0);
+    assert!(r.run.elapsed_s < 3.0);
 }
 
 /// The tiny server in a process of its own; killed when dropped.

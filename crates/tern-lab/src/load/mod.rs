@@ -296,21 +296,23 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
         timeline::write(path, rows, plan).map_err(|error| LoadError::Timeline { path: path.clone(), error })?;
     }
     let facts = report::RunFacts {
-        target: plan.url.to_string(),
-        rate: opts.rate,
-        threads,
-        connections: opts.connections,
-        keepalive: opts.keepalive,
-        pipeline: opts.pipeline,
-        duration_s: match opts.stop {
-            Stop::Duration(d) => Some(d.as_secs_f64()),
-            Stop::Requests(_) => None,
+        run: report::Run {
+            target: plan.url.to_string(),
+            rate: opts.rate,
+            threads,
+            connections: opts.connections,
+            keepalive: opts.keepalive,
+            pipeline: opts.pipeline,
+            duration_s: match opts.stop {
+                Stop::Duration(d) => Some(d.as_secs_f64()),
+                Stop::Requests(_) => None,
+            },
+            requested: budget,
+            warmup_s: opts.warmup.as_secs_f64(),
+            timeout_s: opts.timeout.as_secs_f64(),
+            interrupted: interrupt.load(Ordering::Relaxed),
+            elapsed_s: finished.saturating_duration_since(measure_from).as_secs_f64(),
         },
-        requested: budget,
-        warmup_s: opts.warmup.as_secs_f64(),
-        timeout_s: opts.timeout.as_secs_f64(),
-        interrupted: interrupt.load(Ordering::Relaxed),
-        elapsed_s: finished.saturating_duration_since(measure_from).as_secs_f64(),
         mix: plan.requests.iter().map(|r| (r.label.clone(), r.weight)).collect(),
         thread_times,
     };

@@ -25,11 +25,10 @@ pub const CONTENDED: f64 = 0.10;
 /// How the histograms in the JSON are encoded.
 pub const HISTOGRAM_ENCODING: &str = "hdrhistogram-v2-deflate-base64";
 
+/// How the run was made: what was asked for, and how long it lasted.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub struct Run {
     pub target: String,
-    /// "closed" (as fast as the connections carry) or "open" (fixed rate).
-    pub mode: &'static str,
     /// Requests per second asked for (open loop).
     pub rate: Option<f64>,
     pub threads: usize,
@@ -46,6 +45,14 @@ pub struct Report {
     pub interrupted: bool,
     /// Wall time of the measurement.
     pub elapsed_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// "closed" (as fast as the connections carry) or "open" (fixed rate).
+    pub mode: &'static str,
+    #[serde(flatten)]
+    pub run: Run,
     /// Complete responses, any status.
     pub requests: u64,
     /// Responses with a 2xx or 3xx status.
@@ -168,18 +175,7 @@ pub struct Histograms {
 
 /// What the coordinator knows about the run, besides the merged stats.
 pub struct RunFacts {
-    pub target: String,
-    pub rate: Option<f64>,
-    pub threads: usize,
-    pub connections: usize,
-    pub keepalive: bool,
-    pub pipeline: usize,
-    pub duration_s: Option<f64>,
-    pub requested: Option<u64>,
-    pub warmup_s: f64,
-    pub timeout_s: f64,
-    pub interrupted: bool,
-    pub elapsed_s: f64,
+    pub run: Run,
     /// (label, weight) of each planned request.
     pub mix: Vec<(String, u32)>,
     pub thread_times: Vec<ThreadTimes>,
@@ -216,21 +212,9 @@ impl Report {
             .collect();
         let cpu_s: f64 = threads.iter().map(|t| t.cpu_s).sum();
         let resolved = stats.responses + stats.errors.iter().sum::<u64>();
-        let per_s = |n: u64| if facts.elapsed_s > 0.0 { n as f64 / facts.elapsed_s } else { 0.0 };
+        let per_s = |n: u64| if facts.run.elapsed_s > 0.0 { n as f64 / facts.run.elapsed_s } else { 0.0 };
         Report {
-            target: facts.target,
-            mode: if facts.rate.is_some() { "open" } else { "closed" },
-            rate: facts.rate,
-            threads: facts.threads,
-            connections: facts.connections,
-            keepalive: facts.keepalive,
-            pipeline: facts.pipeline,
-            duration_s: facts.duration_s,
-            requested: facts.requested,
-            warmup_s: facts.warmup_s,
-            timeout_s: facts.timeout_s,
-            interrupted: facts.interrupted,
-            elapsed_s: facts.elapsed_s,
+            mode: if facts.run.rate.is_some() { "open" } else { "closed" },
             requests: stats.responses,
             successes: stats.successes(),
             requests_per_s: per_s(stats.responses),
@@ -252,7 +236,7 @@ impl Report {
                 .filter(|&code| stats.status[code] > 0)
                 .map(|code| (code as u16, stats.status[code]))
                 .collect(),
-            late: facts.rate.map(|_| stats.late),
+            late: facts.run.rate.map(|_| stats.late),
             connects: stats.connects,
             mix: facts
                 .mix
@@ -273,6 +257,7 @@ impl Report {
                 service: encode(&stats.service),
                 response: stats.response.as_ref().map(encode),
             },
+            run: facts.run,
         }
     }
 
@@ -316,27 +301,28 @@ fn count(n: u64) -> String {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let loop_kind = match self.rate {
+        let loop_kind = match self.run.rate {
             Some(rate) => format!("open loop at {rate} req/s"),
             None => "closed loop".to_string(),
         };
         writeln!(
             f,
             "tern bench {}: {loop_kind}, {} thread{}, {} connection{}, {}{}",
-            self.target,
-            self.threads,
-            if self.threads == 1 { "" } else { "s" },
-            self.connections,
-            if self.connections == 1 { "" } else { "s" },
-            if self.keepalive { "keep-alive" } else { "no keep-alive" },
-            if self.pipeline > 1 { format!(", pipeline {}", self.pipeline) } else { String::new() },
+            self.run.target,
+            self.run.threads,
+            if self.run.threads == 1 { "" } else { "s" },
+            self.run.connections,
+            if self.run.connections == 1 { "" } else { "s" },
+            if self.run.keepalive { "keep-alive" } else { "no keep-alive" },
+            if self.run.pipeline > 1 { format!(", pipeline {}", self.run.pipeline) } else { String::new() },
         )?;
-        let warmup = if self.warmup_s > 0.0 { format!(" after {:.2}s warm-up", self.warmup_s) } else { String::new() };
+        let warmup =
+            if self.run.warmup_s > 0.0 { format!(" after {:.2}s warm-up", self.run.warmup_s) } else { String::new() };
         writeln!(
             f,
             "  measured {:.2}s{warmup}{}",
-            self.elapsed_s,
-            if self.interrupted { " (interrupted: partial results)" } else { "" }
+            self.run.elapsed_s,
+            if self.run.interrupted { " (interrupted: partial results)" } else { "" }
         )?;
         writeln!(f)?;
         writeln!(f, "  requests  {:>14}   {:>12.1} req/s", count(self.requests), self.requests_per_s)?;
