@@ -79,14 +79,7 @@ impl Client {
             self.buf.extend_from_slice(&chunk[..n]);
         };
         let head = std::str::from_utf8(&self.buf[..head_end]).unwrap().to_string();
-        let mut lines = head.trim_end().split("\r\n");
-        let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
-        let headers: Vec<(String, String)> = lines
-            .map(|l| {
-                let (n, v) = l.split_once(':').unwrap();
-                (n.to_ascii_lowercase(), v.trim().to_string())
-            })
-            .collect();
+        let (status, headers) = common::parse_head(&head);
         let len: usize = if method == "HEAD" || status == 304 {
             0
         } else {

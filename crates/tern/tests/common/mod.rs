@@ -204,6 +204,19 @@ impl Response {
     }
 }
 
+/// A response head's status and fields (names lower-cased).
+pub fn parse_head(head: &str) -> (u16, Vec<(String, String)>) {
+    let mut lines = head.trim_end().split("\r\n");
+    let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+    let headers = lines
+        .map(|l| {
+            let (n, v) = l.split_once(':').unwrap();
+            (n.to_ascii_lowercase(), v.trim().to_string())
+        })
+        .collect();
+    (status, headers)
+}
+
 /// Splits raw bytes holding consecutive responses into responses, decoding
 /// chunked bodies; a body without length or chunking runs to the end.
 /// `head_requests` marks responses to HEAD (no body whatever the head says).
@@ -211,15 +224,7 @@ pub fn parse_responses(mut raw: &[u8], head_requests: &[bool]) -> Vec<Response> 
     let mut out = Vec::new();
     while !raw.is_empty() {
         let end = find(raw, b"\r\n\r\n").expect("complete head");
-        let head = std::str::from_utf8(&raw[..end]).unwrap();
-        let mut lines = head.split("\r\n");
-        let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
-        let headers: Vec<(String, String)> = lines
-            .map(|l| {
-                let (n, v) = l.split_once(':').unwrap();
-                (n.to_ascii_lowercase(), v.trim().to_string())
-            })
-            .collect();
+        let (status, headers) = parse_head(std::str::from_utf8(&raw[..end]).unwrap());
         let value = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
         raw = &raw[end + 4..];
         let bodiless = head_requests.get(out.len()).copied().unwrap_or(false) || status == 304 || status == 204;
