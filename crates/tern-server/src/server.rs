@@ -50,6 +50,8 @@ pub struct Server {
     workers: Vec<JoinHandle<()>>,
     wakers: Vec<Arc<mio::Waker>>,
     addrs: Vec<SocketAddr>,
+    /// Duplicates of the workers' listening sockets, for a successor.
+    handover: Vec<std::net::TcpListener>,
 }
 
 /// Why the server could not start.
@@ -67,6 +69,13 @@ impl Server {
     /// Binds, spawns the workers and returns; [`Server::run_until_signal`]
     /// or [`Server::stop`] ends it.
     pub fn start(config: Config) -> Result<Server, StartError> {
+        Server::start_inheriting(config, Vec::new())
+    }
+
+    /// Starts a server that takes over `inherited` listening sockets (from
+    /// [`Server::listeners`] of the server it replaces) for the addresses it
+    /// shares with them; sockets for other addresses are closed.
+    pub fn start_inheriting(config: Config, inherited: Vec<std::net::TcpListener>) -> Result<Server, StartError> {
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(StartError::Config(format!("{section}.{key}: {message}")));
         }
@@ -83,18 +92,33 @@ impl Server {
 
         // Each worker gets its own SO_REUSEPORT listener per address; the
         // first one fixes the port when the configuration asks for port 0.
+        // Sockets handed over by a server being replaced are used first, so
+        // no connection waits in the queue of a socket about to close.
         let mut per_worker: Vec<Vec<std::net::TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
         let mut addrs = Vec::new();
+        let mut inherited = inherited;
         for listen in &config.server.listen {
             let mut addr = listen.0;
+            let (mut mine, rest): (Vec<_>, Vec<_>) =
+                inherited.into_iter().partition(|l| l.local_addr().is_ok_and(|a| a == addr));
+            inherited = rest;
             for listeners in per_worker.iter_mut() {
-                let l = sys::reuseport_listener(addr, config.server.backlog)
-                    .map_err(|source| StartError::Listen { addr, source })?;
+                let l = match mine.pop() {
+                    Some(l) => l,
+                    None => sys::reuseport_listener(addr, config.server.backlog)
+                        .map_err(|source| StartError::Listen { addr, source })?,
+                };
                 addr = l.local_addr()?;
                 listeners.push(l);
             }
+            // Fewer workers than before: every handed-over socket is still
+            // watched by someone.
+            for (i, l) in mine.into_iter().enumerate() {
+                per_worker[i % workers].push(l);
+            }
             addrs.push(addr);
         }
+        let handover = per_worker.iter().flatten().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
 
         let http_limits = Limits {
             max_request_line: config.limits.max_request_line.usize(),
@@ -131,7 +155,12 @@ impl Server {
                 Err(_) => return Err(StartError::Config("a worker failed to start".into())),
             }
         }
-        Ok(Server { signals, shared, workers: threads, wakers, addrs })
+        Ok(Server { signals, shared, workers: threads, wakers, addrs, handover })
+    }
+
+    /// The listening sockets (duplicated), for a server that takes over.
+    pub fn listeners(&self) -> std::io::Result<Vec<std::net::TcpListener>> {
+        self.handover.iter().map(std::net::TcpListener::try_clone).collect()
     }
 
     /// The bound addresses (with real ports where port 0 was asked for).

@@ -353,7 +353,7 @@ fn variant(file: &OpenFile, coding: Coding, body: Box<[u8]>, sidecar: Option<(Bo
     etag.push(b'"');
     let mut headers = Vec::with_capacity(200);
     response::header(&mut headers, "Content-Type", file.content_type.as_bytes());
-    response::header(&mut headers, "Last-Modified", tern_http::date::format_http_date(file.last_modified).as_bytes());
+    response::header(&mut headers, "Last-Modified", file.last_modified_http.as_bytes());
     response::header(&mut headers, "ETag", &etag);
     response::header(&mut headers, "Content-Encoding", coding.token().as_bytes());
     headers.extend_from_slice(VARY);

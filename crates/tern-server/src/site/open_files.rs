@@ -26,6 +26,8 @@ pub struct OpenFile {
     /// `"…"`: strong, from mtime (with nanoseconds) and size.
     pub etag: Box<[u8]>,
     pub last_modified: u64,
+    /// `last_modified` as an IMF-fixdate, formatted once.
+    pub last_modified_http: Box<str>,
     pub content_type: Box<str>,
     /// `Content-Type`, `Last-Modified`, `ETag` and `Accept-Ranges` lines
     /// (and `Vary` when negotiable), formatted once.

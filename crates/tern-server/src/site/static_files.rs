@@ -93,7 +93,8 @@ impl Settings {
         let negotiable = compression.negotiable(&content_type, identity.size);
         let mut headers = Vec::with_capacity(160);
         response::header(&mut headers, "Content-Type", content_type.as_bytes());
-        response::header(&mut headers, "Last-Modified", tern_http::date::format_http_date(last_modified).as_bytes());
+        let last_modified_http = tern_http::date::format_http_date(last_modified);
+        response::header(&mut headers, "Last-Modified", last_modified_http.as_bytes());
         response::header(&mut headers, "ETag", etag.as_bytes());
         headers.extend_from_slice(b"Accept-Ranges: bytes\r\n");
         if negotiable {
@@ -106,6 +107,7 @@ impl Settings {
             mapping,
             etag: etag.into_bytes().into(),
             last_modified,
+            last_modified_http: last_modified_http.into(),
             content_type: content_type.into(),
             headers: headers.into(),
             rel_path: rel_path.into(),
@@ -241,7 +243,7 @@ fn send_variant(req: &Request<'_>, reply: &mut Reply<'_>, file: &OpenFile, entry
 fn not_modified(reply: &mut Reply<'_>, etag: &[u8], file: &OpenFile) {
     reply.head(304);
     reply.header("ETag", etag);
-    reply.header("Last-Modified", tern_http::date::format_http_date(file.last_modified).as_bytes());
+    reply.header("Last-Modified", file.last_modified_http.as_bytes());
     if file.negotiable {
         reply.raw(VARY);
     }
@@ -343,7 +345,7 @@ fn multipart(
     reply.head(206);
     let content_type = format!("multipart/byteranges; boundary={}", settings.boundary);
     reply.header("Content-Type", content_type.as_bytes());
-    reply.header("Last-Modified", tern_http::date::format_http_date(file.last_modified).as_bytes());
+    reply.header("Last-Modified", file.last_modified_http.as_bytes());
     reply.header("ETag", &file.etag);
     reply.header("Accept-Ranges", b"bytes");
     if file.negotiable {

@@ -95,10 +95,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// SIGHUP: start a server with the configuration as it is now, beside the
-/// running one (`SO_REUSEPORT` lets both listen on the same addresses), then
-/// stop the old one gracefully — its in-flight responses finish, nothing is
-/// refused meanwhile. A configuration that does not load or start leaves the
+/// SIGHUP: start a server with the configuration as it is now, taking over
+/// the running one's listening sockets (so no connection waits in the queue
+/// of a socket about to close), then stop the old one gracefully — its
+/// in-flight responses finish, nothing is refused meanwhile. A configuration that does not load or start leaves the
 /// running server as it was.
 fn reload(args: &Args, running: Server) -> Server {
     let started = configuration(args).and_then(|mut config| {
@@ -110,7 +110,8 @@ fn reload(args: &Args, running: Server) -> Server {
                 }
             }
         }
-        Server::start(config).context("cannot start")
+        let sockets = running.listeners().context("cannot hand the listening sockets over")?;
+        Server::start_inheriting(config, sockets).context("cannot start")
     });
     match started {
         Ok(next) => {
