@@ -188,7 +188,9 @@ impl Server {
     /// Stops accepting, lets in-flight responses finish (up to
     /// `server.shutdown_timeout`), joins the workers, then stops the
     /// background compression threads.
-    pub fn stop(self) {
+    pub fn stop(mut self) {
+        // Only the workers' sockets may stay open while they stop accepting.
+        self.handover.clear();
         self.shared.shutting_down.store(true, Ordering::SeqCst);
         for waker in &self.wakers {
             let _ = waker.wake();
