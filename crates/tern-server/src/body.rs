@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 
 use crate::config::IoMethod;
-use crate::site::open_files::OpenFile;
+use crate::open_files::OpenFile;
 use crate::sys;
 
 enum Segment {

@@ -21,7 +21,9 @@ use tern_http::Method;
 use crate::access_log::Entry;
 use crate::body::{Flushed, OutQueue};
 use crate::config::Level;
+use crate::error_log::log;
 use crate::metrics::TimeoutKind;
+use crate::reaper;
 use crate::reply::{Params, Reply};
 use crate::request_body::{BodyError, BodyReader};
 use crate::site::cgi::{self, Pump};
@@ -299,7 +301,7 @@ impl Conn {
                 Sent::Wait
             }
             Err(err) => {
-                crate::log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
+                log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
                 Sent::Failed
             }
         }
@@ -330,14 +332,14 @@ impl Conn {
             }
             Pump::Fail(status) => {
                 let b = self.end_backend(w);
-                cgi::kill(b.running.pid());
+                reaper::kill(b.running.pid());
                 w.stats.cgi_failed.incr();
                 self.backend_error(w, &b, status);
                 None
             }
             Pump::Redirect(location) => {
                 let b = self.end_backend(w);
-                cgi::kill(b.running.pid());
+                reaper::kill(b.running.pid());
                 self.local_redirect(w, &b, &location);
                 None
             }
@@ -354,7 +356,7 @@ impl Conn {
     /// Kills the backend's process group (timeout, client gone).
     fn abort_backend(&mut self, w: &mut Worker<'_>) {
         if let Some(b) = self.backend.take() {
-            cgi::kill(b.running.pid());
+            reaper::kill(b.running.pid());
             w.reaper.collect(b.running.pid(), w.now, &w.shared.cgi_running);
         }
     }
@@ -395,7 +397,7 @@ impl Conn {
     fn local_redirect(&mut self, w: &mut Worker<'_>, b: &Backend, location: &[u8]) {
         self.redirects += 1;
         if self.redirects > MAX_LOCAL_REDIRECTS {
-            crate::log!(Level::Warn, "{}: more than {MAX_LOCAL_REDIRECTS} local redirects", self.peers.peer);
+            log!(Level::Warn, "{}: more than {MAX_LOCAL_REDIRECTS} local redirects", self.peers.peer);
             return self.backend_error(w, b, 500);
         }
         let mut raw = Vec::with_capacity(location.len() + b.host.len() + 64);
@@ -452,7 +454,7 @@ impl Conn {
             }
             Ok(Head::Partial { .. }) => Some(false),
             Err(err) => {
-                crate::log!(Level::Info, "{}: bad request: {}", self.peers.peer, err.reason());
+                log!(Level::Info, "{}: bad request: {}", self.peers.peer, err.reason());
                 w.stats.requests.incr();
                 let line = first_line(&rbuf[self.rpos..]);
                 self.rpos = rbuf.len();
@@ -501,7 +503,7 @@ impl Conn {
             Err(err) => {
                 let status = match err {
                     BodyError::Framing(why) => {
-                        crate::log!(Level::Info, "{}: bad request body: {why}", self.peers.peer);
+                        log!(Level::Info, "{}: bad request body: {why}", self.peers.peer);
                         400
                     }
                     BodyError::TooLarge => 413,
@@ -590,7 +592,7 @@ impl Conn {
     fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, running: cgi::Running) {
         w.stats.requests.incr();
         if let Err(err) = w.watcher.watch(self.key, running.stdout()) {
-            crate::log!(Level::Error, "cannot watch a CGI program's output: {err}");
+            log!(Level::Error, "cannot watch a CGI program's output: {err}");
         }
         let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
         self.backend = Some(Box::new(Backend {
@@ -801,9 +803,9 @@ impl Conn {
         }
         if self.timer.clock == Clock::Backend {
             w.stats.cgi_timeouts.incr();
-            crate::log!(Level::Warn, "{}: CGI program killed at cgi.timeout", self.peers.peer);
+            log!(Level::Warn, "{}: CGI program killed at cgi.timeout", self.peers.peer);
             let b = self.end_backend(w);
-            cgi::kill(b.running.pid());
+            reaper::kill(b.running.pid());
             if b.running.head_sent() {
                 // Part of the response is out: only closing can say it is
                 // incomplete.
@@ -821,7 +823,7 @@ impl Conn {
         };
         if self.timer.clock != Clock::Linger {
             w.stats.timeout(kind);
-            crate::log!(Level::Info, "{}: {kind:?} timeout", self.peers.peer);
+            log!(Level::Info, "{}: {kind:?} timeout", self.peers.peer);
         }
         let partial_head = self.timer.clock == Clock::Header && self.rpos < self.rbuf.len();
         if partial_head || self.timer.clock == Clock::Body {

@@ -62,10 +62,11 @@ pub fn log(level: Level, message: fmt::Arguments<'_>) {
     }
 }
 
-/// `log!(Level::Warn, "…", args)`.
-#[macro_export]
-macro_rules! log {
+/// `log!(Level::Warn, "…", args)`, imported with `use crate::error_log::log`
+/// (which brings the function of the same name too).
+macro_rules! log_line {
     ($level:expr, $($arg:tt)*) => {
         $crate::error_log::log($level, format_args!($($arg)*))
     };
 }
+pub(crate) use log_line as log;

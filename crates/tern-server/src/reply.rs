@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tern_http::response;
 
 use crate::body::OutQueue;
-use crate::site::open_files::OpenFile;
+use crate::open_files::OpenFile;
 
 /// How a response body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

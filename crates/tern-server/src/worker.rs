@@ -10,9 +10,9 @@ use tern_http::date::DateCache;
 
 use crate::access_log::AccessLog;
 use crate::metrics::WorkerStats;
+use crate::open_files::OpenFileTable;
+use crate::reaper::Reaper;
 use crate::server::Shared;
-use crate::site::cgi::Reaper;
-use crate::site::open_files::OpenFileTable;
 
 /// How connection code asks its engine to watch a backend's descriptor (a
 /// CGI program's output) on behalf of connection `conn`. Closing the

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use tern_http::accept_encoding::Coding;
 
-use crate::site::open_files::Identity;
+use crate::open_files::Identity;
 
 const SHARDS: usize = 16;
 /// Bytes charged per entry beyond its body and head lines: the entry, the

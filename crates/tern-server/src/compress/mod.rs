@@ -36,8 +36,9 @@ use self::codec::Levels;
 use self::load::Thresholds;
 use self::workers::{Background, Job};
 use crate::config::{CodingName, Config, Level};
-use crate::site::open_files::{Identity, OpenFile};
-use crate::site::resolve::{Found, Root};
+use crate::error_log::log;
+use crate::open_files::{Identity, OpenFile};
+use crate::resolve::{Found, Root};
 use crate::worker::Worker;
 
 /// The header line every response of a negotiated resource carries.
@@ -208,11 +209,7 @@ impl Compression {
         w.stats.compress_misses.incr();
         if self.settings.adaptive && !identity_refused {
             if let Some(why) = self.settings.thresholds.busy(&w.listeners, &w.shared.stats) {
-                crate::log!(
-                    Level::Debug,
-                    "compression of {:?} deferred: {why:?}",
-                    String::from_utf8_lossy(&file.rel_path)
-                );
+                log!(Level::Debug, "compression of {:?} deferred: {why:?}", String::from_utf8_lossy(&file.rel_path));
                 w.stats.compress_deferred.incr();
                 // The job looks for a sidecar too: nothing but this
                 // bookkeeping happens on the worker while it is busy.
@@ -225,7 +222,7 @@ impl Compression {
             // Too large to compress, and no sidecar.
             Ok(None) => self.uncached(w, file, coding, identity_refused),
             Err(e) => {
-                crate::log!(Level::Warn, "compression failed: {e}");
+                log!(Level::Warn, "compression failed: {e}");
                 Choice::Identity
             }
         }
@@ -240,7 +237,7 @@ impl Compression {
         match make(self.maker.levels, &self.cache.stats, file, coding, None, w.now) {
             Ok(entry) => Choice::Compressed(entry),
             Err(e) => {
-                crate::log!(Level::Warn, "compression failed: {e}");
+                log!(Level::Warn, "compression failed: {e}");
                 Choice::Identity
             }
         }

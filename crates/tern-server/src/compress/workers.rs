@@ -17,7 +17,8 @@ use tern_http::accept_encoding::Coding;
 use super::cache::Claim;
 use super::Maker;
 use crate::config::Level;
-use crate::site::open_files::OpenFile;
+use crate::error_log::log;
+use crate::open_files::OpenFile;
 
 /// Niceness of the background threads: the lowest priority short of
 /// `SCHED_IDLE`.
@@ -92,7 +93,7 @@ fn run(sweeper: bool, jobs: &Receiver<Job>, stop: &Receiver<()>, maker: &Maker) 
                 let Ok(job) = job else { return };
                 let Job { claim, file, coding } = job;
                 if let Err(e) = maker.fill(&file, coding, claim, Instant::now()) {
-                    crate::log!(Level::Warn, "background compression failed: {e}");
+                    log!(Level::Warn, "background compression failed: {e}");
                 }
             }
         }
@@ -105,6 +106,6 @@ fn lower_priority() {
     // SAFETY: plain system calls on the calling thread.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, NICE) };
     if rc != 0 {
-        crate::log!(Level::Warn, "cannot lower the compression thread's priority: {}", std::io::Error::last_os_error());
+        log!(Level::Warn, "cannot lower the compression thread's priority: {}", std::io::Error::last_os_error());
     }
 }

@@ -21,6 +21,7 @@ use slab::Slab;
 
 use crate::config::Level;
 use crate::conn::{Conn, Status};
+use crate::error_log::log;
 use crate::server::Shared;
 use crate::worker::{Watcher, Worker};
 
@@ -91,7 +92,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
         }
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
-                crate::log!(Level::Error, "worker {index}: poll failed: {e}");
+                log!(Level::Error, "worker {index}: poll failed: {e}");
                 break;
             }
         }
@@ -193,7 +194,7 @@ fn guarded(w: &mut Worker<'_>, conn: &mut Conn, f: impl FnOnce(&mut Conn, &mut W
     match catch_unwind(AssertUnwindSafe(|| f(conn, w))) {
         Ok(status) => status,
         Err(_) => {
-            crate::log!(Level::Error, "connection handler panicked; connection closed");
+            log!(Level::Error, "connection handler panicked; connection closed");
             Status::Closed
         }
     }
@@ -210,7 +211,7 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 // EMFILE and the like: leave the rest in the backlog.
-                crate::log!(Level::Error, "accept failed: {e}");
+                log!(Level::Error, "accept failed: {e}");
                 return false;
             }
         };
@@ -231,7 +232,7 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
             Token(entry.key() * 2),
             Interest::READABLE | Interest::WRITABLE,
         ) {
-            crate::log!(Level::Error, "cannot register connection: {e}");
+            log!(Level::Error, "cannot register connection: {e}");
             shared.connections.fetch_sub(1, Ordering::Relaxed);
             continue;
         }
@@ -246,7 +247,7 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
 fn refuse(stream: TcpStream, peer: SocketAddr) {
     use std::io::Write;
     let _ = (&stream).write(OVERLOADED);
-    crate::log!(Level::Warn, "{peer}: refused, server.max_connections reached");
+    log!(Level::Warn, "{peer}: refused, server.max_connections reached");
 }
 
 fn close(w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {

@@ -17,17 +17,18 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustix::fs::FileType;
-use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::process::Pid;
 use tern_http::request::TargetForm;
 use tern_http::{Method, Request, Version};
 
-use super::resolve::{ResolveError, Root};
 use crate::body::OutQueue;
 use crate::config::{Config, Level};
+use crate::error_log::log;
 use crate::reply::{Framing, Params, Reply};
+use crate::resolve::{ResolveError, Root};
 use crate::sys;
 
 /// Bytes kept in front of a chunk being read for its size line
@@ -35,9 +36,6 @@ use crate::sys;
 const CHUNK_SIZE_ROOM: usize = 10;
 /// Largest response head a program may print.
 const MAX_HEAD: usize = 16 * 1024;
-/// How long a program may run on after closing its output before it is
-/// killed.
-const EXIT_GRACE: Duration = Duration::from_secs(1);
 /// Response fields a program may not set: framing and connection
 /// management belong to the server.
 const HOP_BY_HOP: &[&str] = &[
@@ -418,7 +416,7 @@ impl Running {
                 }
                 if n == 0 {
                     self.may_read = false;
-                    crate::log!(Level::Warn, "CGI program ended without a complete response head");
+                    log!(Level::Warn, "CGI program ended without a complete response head");
                     return Pump::Fail(502);
                 }
                 let head = std::mem::take(head);
@@ -443,7 +441,7 @@ impl Running {
         }
         let Some((end, body_start)) = find_head_end(&head) else {
             if head.len() > MAX_HEAD {
-                crate::log!(Level::Warn, "CGI response head larger than {MAX_HEAD} bytes");
+                log!(Level::Warn, "CGI response head larger than {MAX_HEAD} bytes");
                 return Pump::Fail(502);
             }
             self.output = Output::Head(head);
@@ -452,7 +450,7 @@ impl Running {
         let fields = match parse_fields(&head[..end]) {
             Ok(fields) => fields,
             Err(why) => {
-                crate::log!(Level::Warn, "CGI response refused: {why}");
+                log!(Level::Warn, "CGI response refused: {why}");
                 return Pump::Fail(502);
             }
         };
@@ -467,7 +465,7 @@ impl Running {
             Some(v) => match parse_status(v) {
                 Some(s) => s,
                 None => {
-                    crate::log!(Level::Warn, "CGI printed an invalid Status: {:?}", String::from_utf8_lossy(v));
+                    log!(Level::Warn, "CGI printed an invalid Status: {:?}", String::from_utf8_lossy(v));
                     return Pump::Fail(502);
                 }
             },
@@ -659,65 +657,6 @@ fn parse_status(value: &[u8]) -> Option<u16> {
 fn parse_nph_status(head: &[u8]) -> Option<u16> {
     let rest = head.strip_prefix(b"HTTP/1.")?.get(2..5)?;
     std::str::from_utf8(rest).ok()?.parse().ok()
-}
-
-/// Kills a program's whole process group.
-pub fn kill(pid: Pid) {
-    let _ = rustix::process::kill_process_group(pid, Signal::KILL);
-}
-
-/// Child processes still to be waited for, per worker: a program that
-/// closed its output may take a moment to exit; one that lingers past
-/// [`EXIT_GRACE`] is killed. Nothing here blocks.
-#[derive(Default)]
-pub struct Reaper {
-    pending: Vec<(Pid, Instant)>,
-}
-
-impl Reaper {
-    /// Waits for `pid` if it has exited, else remembers it.
-    pub fn collect(&mut self, pid: Pid, now: Instant, running: &std::sync::atomic::AtomicUsize) {
-        if !try_wait(pid, running) {
-            self.pending.push((pid, now + EXIT_GRACE));
-        }
-    }
-
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
-    /// Retries the pending ones; kills those past their grace.
-    pub fn tick(&mut self, now: Instant, running: &std::sync::atomic::AtomicUsize) {
-        self.pending.retain(|&(pid, deadline)| {
-            if try_wait(pid, running) {
-                return false;
-            }
-            if now >= deadline {
-                kill(pid);
-            }
-            true
-        });
-    }
-
-    /// At shutdown: kill and wait for everything.
-    pub fn kill_all(&mut self, running: &std::sync::atomic::AtomicUsize) {
-        for (pid, _) in self.pending.drain(..) {
-            kill(pid);
-            if rustix::process::waitpid(Some(pid), WaitOptions::empty()).is_ok() {
-                running.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-    }
-}
-
-fn try_wait(pid: Pid, running: &std::sync::atomic::AtomicUsize) -> bool {
-    match rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
-        Ok(Some(_)) | Err(_) => {
-            running.fetch_sub(1, Ordering::AcqRel);
-            true
-        }
-        Ok(None) => false,
-    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,6 @@
 
 pub mod cgi;
 pub mod internal;
-pub mod open_files;
-pub mod resolve;
 pub mod static_files;
 
 use std::net::SocketAddr;
@@ -13,9 +11,10 @@ use tern_http::{path, Request};
 
 use crate::compress::Compression;
 use crate::config::{Config, Level};
+use crate::error_log::log;
 use crate::reply::Reply;
+use crate::resolve::Root;
 use crate::worker::Worker;
-use resolve::Root;
 
 pub struct Site {
     pub root: Root,
@@ -75,7 +74,7 @@ impl Site {
         let norm = match path::normalize(req.path, &mut w.path) {
             Ok(n) => n,
             Err(err) => {
-                crate::log!(Level::Info, "refused path {:?}: {}", req.path, err.0);
+                log!(Level::Info, "refused path {:?}: {}", req.path, err.0);
                 reply.error(400);
                 return Answer::Done;
             }
@@ -111,7 +110,7 @@ impl Site {
                         Answer::Done
                     }
                     Err(cgi::StartError::Failed(err)) => {
-                        crate::log!(Level::Error, "cannot start CGI program for {:?}: {err}", req.path);
+                        log!(Level::Error, "cannot start CGI program for {:?}: {err}", req.path);
                         reply.error(500);
                         Answer::Done
                     }

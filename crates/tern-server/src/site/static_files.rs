@@ -13,13 +13,14 @@ use tern_http::path::Normalized;
 use tern_http::range::{self, ByteRange, RangeDecision};
 use tern_http::{response, Method, Request};
 
-use super::open_files::{Identity, OpenFile};
-use super::resolve::{Found, ResolveError};
 use super::Site;
 use crate::compress::cache::Entry;
 use crate::compress::{Choice, Compression, VARY};
 use crate::config::{Config, IoMethod, Level};
+use crate::error_log::log;
+use crate::open_files::{Identity, OpenFile};
 use crate::reply::Reply;
+use crate::resolve::{Found, ResolveError};
 use crate::worker::Worker;
 
 const ALLOW: &[u8] = b"GET, HEAD, OPTIONS";
@@ -187,7 +188,7 @@ fn open(
                         Some((entry, true))
                     }
                     Err(err) => {
-                        crate::log!(Level::Error, "cannot map {:?}: {err}", req.path);
+                        log!(Level::Error, "cannot map {:?}: {err}", req.path);
                         reply.error(500);
                         None
                     }
@@ -214,7 +215,7 @@ fn open(
         Err(err) => {
             w.files.remove(&w.path);
             if let ResolveError::Unavailable(e) = &err {
-                crate::log!(Level::Error, "cannot open {:?}: {e}", req.path);
+                log!(Level::Error, "cannot open {:?}: {e}", req.path);
             }
             reply.error(err.status());
             None

@@ -12,8 +12,8 @@ use std::path::Path;
 
 use rustix::fs::{openat2, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
-use super::open_files::Identity;
 use crate::config::Symlinks;
+use crate::open_files::Identity;
 
 /// What a resolved path turned out to be.
 pub enum Found {
