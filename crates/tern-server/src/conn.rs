@@ -26,6 +26,7 @@ use crate::metrics::TimeoutKind;
 use crate::reaper;
 use crate::reply::{Params, Reply};
 use crate::request_body::{BodyError, BodyReader};
+use crate::shared::Shared;
 use crate::site::cgi::{self, Pump};
 use crate::site::{Answer, Peers};
 use crate::sys;
@@ -138,7 +139,7 @@ impl Conn {
         // a head sent ahead of a sendfile body.
         let _ = sock.set_nodelay(true);
         let local = sock.local_addr().unwrap_or(peer);
-        let st = &w.shared.config.static_files;
+        let st = &w.config.static_files;
         Conn {
             key,
             sock,
@@ -170,6 +171,7 @@ impl Conn {
     /// is gone both ways (reset).
     pub fn on_ready(
         &mut self,
+        shared: &Shared,
         w: &mut Worker<'_>,
         readable: bool,
         writable: bool,
@@ -185,22 +187,22 @@ impl Conn {
             self.abort_backend(w);
             return Status::Closed;
         }
-        self.drive(w)
+        self.drive(shared, w)
     }
 
     /// The backend's output may have become readable (or closed).
-    pub fn on_backend_ready(&mut self, w: &mut Worker<'_>, readable: bool, closed: bool) -> Status {
+    pub fn on_backend_ready(&mut self, shared: &Shared, w: &mut Worker<'_>, readable: bool, closed: bool) -> Status {
         if let Some(b) = self.backend.as_mut() {
             b.running.on_ready(readable, closed);
         }
-        self.drive(w)
+        self.drive(shared, w)
     }
 
     fn set_clock(&mut self, clock: Clock, now: Instant) {
         self.timer = Timer { clock, start: now, bytes: 0 };
     }
 
-    fn drive(&mut self, w: &mut Worker<'_>) -> Status {
+    fn drive(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
         loop {
             match self.phase {
                 Phase::Send => match self.flush() {
@@ -214,7 +216,7 @@ impl Conn {
                 },
                 Phase::Head => {
                     if self.rpos < self.rbuf.len() {
-                        match self.parse(w) {
+                        match self.parse(shared, w) {
                             Some(true) => continue,
                             Some(false) => {}
                             None => return Status::Closed,
@@ -225,7 +227,7 @@ impl Conn {
                         continue;
                     }
                     if self.peer_closed {
-                        return self.closed_mid_head(w);
+                        return self.closed_mid_head(shared, w);
                     }
                     match self.fill(w) {
                         Fill::Got => {
@@ -244,7 +246,7 @@ impl Conn {
                     }
                 }
                 Phase::Body => {
-                    match self.read_body(w) {
+                    match self.read_body(shared, w) {
                         Some(true) => continue,
                         Some(false) => {}
                         None => return Status::Closed,
@@ -264,7 +266,7 @@ impl Conn {
                     // leaves in one write), then flush.
                     let readable = self.backend.as_ref().is_some_and(|b| b.running.readable());
                     if readable && self.out.queued() < MAX_GATHERED {
-                        if let Some(status) = self.pump(w) {
+                        if let Some(status) = self.pump(shared, w) {
                             return status;
                         }
                         continue;
@@ -309,8 +311,7 @@ impl Conn {
 
     /// Relays the backend's output into the output queue. Returns a status
     /// to return, or `None` to keep driving.
-    fn pump(&mut self, w: &mut Worker<'_>) -> Option<Status> {
-        let shared = w.shared;
+    fn pump(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Option<Status> {
         let b = self.backend.as_mut().expect("backend phase without a backend");
         let params = Params {
             date: w.date.http(),
@@ -340,7 +341,7 @@ impl Conn {
             Pump::Redirect(location) => {
                 let b = self.end_backend(w);
                 reaper::kill(b.running.pid());
-                self.local_redirect(w, &b, &location);
+                self.local_redirect(shared, w, &b, &location);
                 None
             }
         }
@@ -349,7 +350,7 @@ impl Conn {
     /// Detaches the backend; its process is reaped without blocking.
     fn end_backend(&mut self, w: &mut Worker<'_>) -> Box<Backend> {
         let b = self.backend.take().expect("a backend to end");
-        w.reaper.collect(b.running.pid(), w.now, &w.shared.cgi_running);
+        w.reaper.collect(b.running.pid(), w.now, &w.server.cgi_running);
         b
     }
 
@@ -357,7 +358,7 @@ impl Conn {
     fn abort_backend(&mut self, w: &mut Worker<'_>) {
         if let Some(b) = self.backend.take() {
             reaper::kill(b.running.pid());
-            w.reaper.collect(b.running.pid(), w.now, &w.shared.cgi_running);
+            w.reaper.collect(b.running.pid(), w.now, &w.server.cgi_running);
         }
     }
 
@@ -366,7 +367,7 @@ impl Conn {
         self.out.clear();
         let params = Params {
             date: w.date.http(),
-            server: &w.shared.config.server.server_header,
+            server: &w.config.server.server_header,
             head_only: b.head_only,
             http10: b.http10,
             keep_alive: self.keep_alive,
@@ -394,7 +395,7 @@ impl Conn {
     }
 
     /// Answers `GET location` in place of the program's response.
-    fn local_redirect(&mut self, w: &mut Worker<'_>, b: &Backend, location: &[u8]) {
+    fn local_redirect(&mut self, shared: &Shared, w: &mut Worker<'_>, b: &Backend, location: &[u8]) {
         self.redirects += 1;
         if self.redirects > MAX_LOCAL_REDIRECTS {
             log!(Level::Warn, "{}: more than {MAX_LOCAL_REDIRECTS} local redirects", self.peers.peer);
@@ -411,10 +412,10 @@ impl Conn {
             (true, false) => b"\r\n\r\n",
         });
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        match parse_head(&raw, &w.shared.http_limits, &mut fields) {
+        match parse_head(&raw, &shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
                 self.body_buf.clear();
-                self.answer(w, &req, true);
+                self.answer(shared, w, &req, true);
             }
             _ => self.backend_error(w, b, 502),
         }
@@ -423,14 +424,14 @@ impl Conn {
     /// Parses and answers buffered requests. `Some(true)`: answered one,
     /// look again; `Some(false)`: incomplete, more bytes needed; `None`:
     /// close now without an answer.
-    fn parse(&mut self, w: &mut Worker<'_>) -> Option<bool> {
+    fn parse(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Option<bool> {
         // Taken out so the request can borrow it while `self` answers.
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let result = match parse_head(&rbuf[self.rpos..], &w.shared.http_limits, &mut fields) {
+        let result = match parse_head(&rbuf[self.rpos..], &shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
                 self.redirects = 0;
-                let max = w.shared.config.limits.max_body_bytes.0;
+                let max = w.config.limits.max_body_bytes.0;
                 match BodyReader::new(req.framing, max) {
                     // Earlier answers still queued go out first, so a
                     // `100 Continue` cannot overtake them.
@@ -447,7 +448,7 @@ impl Conn {
                     }
                     _ => {
                         self.rpos += req.head_len;
-                        self.answer(w, &req, false);
+                        self.answer(shared, w, &req, false);
                     }
                 }
                 Some(true)
@@ -486,7 +487,7 @@ impl Conn {
     /// Consumes buffered body bytes; answers the request once the body is
     /// complete. `Some(true)`: progress, look again; `Some(false)`: more
     /// bytes needed; `None`: close now.
-    fn read_body(&mut self, w: &mut Worker<'_>) -> Option<bool> {
+    fn read_body(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Option<bool> {
         let Some((reader, head_len)) = self.body.as_mut() else { unreachable!("body phase without a body") };
         let start = self.rpos + *head_len;
         if start == self.rbuf.len() {
@@ -520,10 +521,10 @@ impl Conn {
         self.body = None;
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let answered = match parse_head(&rbuf[self.rpos..], &w.shared.http_limits, &mut fields) {
+        let answered = match parse_head(&rbuf[self.rpos..], &shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
                 self.rpos += req.head_len;
-                self.answer(w, &req, true);
+                self.answer(shared, w, &req, true);
                 Some(true)
             }
             _ => None,
@@ -535,8 +536,8 @@ impl Conn {
 
     /// Answers a complete request, queueing the response. `body_read`:
     /// its body (if any) has been read off the connection.
-    fn answer(&mut self, w: &mut Worker<'_>, req: &Request<'_>, body_read: bool) {
-        let config = &w.shared.config;
+    fn answer(&mut self, shared: &Shared, w: &mut Worker<'_>, req: &Request<'_>, body_read: bool) {
+        let config = &w.config;
         let limits = &config.limits;
         if self.out.buf.capacity() == 0 {
             self.out.adopt(w.pool.take());
@@ -564,7 +565,7 @@ impl Conn {
             reply.error(413);
             Answer::Done
         } else {
-            w.shared.site.respond(req, &self.body_buf, self.peers, &mut reply, w)
+            shared.site.respond(req, &self.body_buf, self.peers, &mut reply, w)
         };
         if let Answer::Backend(running) = answer {
             self.keep_alive = reply.keep_alive;
@@ -611,7 +612,7 @@ impl Conn {
     /// Answers a request that could not be parsed (or timed out) and
     /// closes after it; `line` is what arrived of its request line.
     fn answer_error(&mut self, w: &mut Worker<'_>, status: u16, line: &[u8]) {
-        let config = &w.shared.config;
+        let config = &w.config;
         if self.out.buf.capacity() == 0 {
             self.out.adopt(w.pool.take());
         }
@@ -706,7 +707,7 @@ impl Conn {
     }
 
     /// The peer closed while no complete request was buffered.
-    fn closed_mid_head(&mut self, w: &mut Worker<'_>) -> Status {
+    fn closed_mid_head(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
         if self.rpos == self.rbuf.len() {
             return Status::Closed;
         }
@@ -714,10 +715,8 @@ impl Conn {
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let pending = &rbuf[self.rpos..];
-        let truncated = matches!(
-            parse_head(pending, &w.shared.http_limits, &mut fields),
-            Ok(Head::Partial { line_complete: true })
-        );
+        let truncated =
+            matches!(parse_head(pending, &shared.http_limits, &mut fields), Ok(Head::Partial { line_complete: true }));
         if truncated {
             self.answer_error(w, 400, first_line(pending));
         }
@@ -726,7 +725,7 @@ impl Conn {
         if !truncated {
             return Status::Closed;
         }
-        self.drive(w)
+        self.drive(shared, w)
     }
 
     /// Reads what the socket has into the receive buffer.
@@ -745,7 +744,7 @@ impl Conn {
         if self.rbuf.len() == self.rbuf.capacity() {
             // A head larger than a pooled buffer: grow to the limit (plus a
             // little, so the parser sees when it is exceeded).
-            let limit = w.shared.config.limits.max_header_bytes.usize() + 1024;
+            let limit = w.config.limits.max_header_bytes.usize() + 1024;
             self.rbuf.reserve(limit.saturating_sub(self.rbuf.len()).max(1024));
         }
         let spare = self.rbuf.capacity() - self.rbuf.len();
@@ -787,14 +786,14 @@ impl Conn {
     }
 
     /// Called about once a second: enforces the phase's deadline.
-    pub fn on_tick(&mut self, w: &mut Worker<'_>) -> Status {
-        let t = &w.shared.config.timeouts;
+    pub fn on_tick(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
+        let t = &w.config.timeouts;
         let (base, min_rate) = match self.timer.clock {
             Clock::Idle => (t.keepalive.0, 0),
             Clock::Header => (t.header.0, t.header_min_rate),
             Clock::Body => (t.body.0, t.body_min_rate),
             Clock::Send => (t.send.0, t.send_min_rate),
-            Clock::Backend => (w.shared.site.cgi.timeout, 0),
+            Clock::Backend => (shared.site.cgi.timeout, 0),
             Clock::Linger => (t.linger.0, 0),
         };
         let earned = Duration::from_secs(self.timer.bytes.checked_div(min_rate).unwrap_or(0));
@@ -813,7 +812,7 @@ impl Conn {
             }
             self.keep_alive = false;
             self.backend_error(w, &b, 504);
-            return self.drive(w);
+            return self.drive(shared, w);
         }
         let kind = match self.timer.clock {
             Clock::Idle => TimeoutKind::Idle,
@@ -833,19 +832,19 @@ impl Conn {
             self.answer_error(w, 408, first_line(&rbuf[self.rpos..]));
             self.rpos = rbuf.len();
             self.rbuf = rbuf;
-            return self.drive(w);
+            return self.drive(shared, w);
         }
         Status::Closed
     }
 
     /// Graceful shutdown: finish what is in flight, then close.
-    pub fn begin_shutdown(&mut self, w: &mut Worker<'_>) -> Status {
+    pub fn begin_shutdown(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
         self.keep_alive = false;
         let idle = self.phase == Phase::Head && self.rpos == self.rbuf.len() && self.out.is_empty();
         if idle {
             return Status::Closed;
         }
-        self.drive(w)
+        self.drive(shared, w)
     }
 
     /// Returns the connection's buffers to the pool (and abandons any

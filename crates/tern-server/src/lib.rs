@@ -23,6 +23,7 @@ pub mod reply;
 pub mod request_body;
 pub mod resolve;
 pub mod server;
+pub mod shared;
 pub mod site;
 pub mod sys;
 pub mod worker;

@@ -2,7 +2,8 @@
 //! writer, so counting is a plain load and store (no locked instruction, no
 //! shared cache line); readers sum all blocks when a status page asks.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
 
 /// A counter with a single writing thread.
 #[derive(Default, Debug)]
@@ -85,6 +86,32 @@ impl WorkerStats {
 
     pub fn timeout(&self, kind: TimeoutKind) {
         self.timeouts[kind as usize].incr();
+    }
+}
+
+/// What all workers of one server count together, and what the status
+/// pages read: below the site, so a worker can lend it without knowing
+/// how the server was assembled.
+pub struct ServerStats {
+    /// One block per worker.
+    pub workers: Box<[WorkerStats]>,
+    /// Open connections across workers (for `max_connections`).
+    pub connections: AtomicUsize,
+    /// CGI programs running across workers (for `cgi.max_processes`).
+    pub cgi_running: AtomicUsize,
+    pub shutting_down: AtomicBool,
+    pub started: Instant,
+}
+
+impl ServerStats {
+    pub fn new(workers: usize) -> ServerStats {
+        ServerStats {
+            workers: (0..workers).map(|_| WorkerStats::default()).collect(),
+            connections: AtomicUsize::new(0),
+            cgi_running: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+            started: Instant::now(),
+        }
     }
 }
 

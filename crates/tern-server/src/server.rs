@@ -1,10 +1,9 @@
 //! Starting and stopping: listeners, worker threads, signals.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use tern_http::request::Limits;
 
@@ -12,24 +11,10 @@ use crate::access_log::AccessTarget;
 use crate::compress::Compression;
 use crate::config::Config;
 use crate::engine::event;
-use crate::metrics::WorkerStats;
+use crate::metrics::ServerStats;
+use crate::shared::Shared;
 use crate::site::Site;
 use crate::{error_log, sys};
-
-/// What all workers share, read-mostly.
-pub struct Shared {
-    pub config: Config,
-    pub http_limits: Limits,
-    pub site: Site,
-    pub stats: Box<[WorkerStats]>,
-    /// Open connections across workers (for `max_connections`).
-    pub connections: AtomicUsize,
-    /// CGI programs running across workers (for `cgi.max_processes`).
-    pub cgi_running: AtomicUsize,
-    pub shutting_down: AtomicBool,
-    pub started: Instant,
-    pub access: AccessTarget,
-}
 
 /// What a signal asks of a running server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,17 +110,7 @@ impl Server {
             max_head_bytes: config.limits.max_header_bytes.usize(),
             max_headers: config.limits.max_headers,
         };
-        let shared = Arc::new(Shared {
-            stats: (0..workers).map(|_| WorkerStats::default()).collect(),
-            config,
-            http_limits,
-            site,
-            connections: AtomicUsize::new(0),
-            cgi_running: AtomicUsize::new(0),
-            shutting_down: AtomicBool::new(false),
-            started: Instant::now(),
-            access,
-        });
+        let shared = Arc::new(Shared { config, http_limits, site, server: ServerStats::new(workers), access });
         let (waker_tx, waker_rx) = std::sync::mpsc::channel();
         let mut threads = Vec::with_capacity(workers);
         for (index, listeners) in per_worker.into_iter().enumerate() {
@@ -191,7 +166,7 @@ impl Server {
     pub fn stop(mut self) {
         // Only the workers' sockets may stay open while they stop accepting.
         self.handover.clear();
-        self.shared.shutting_down.store(true, Ordering::SeqCst);
+        self.shared.server.shutting_down.store(true, Ordering::SeqCst);
         for waker in &self.wakers {
             let _ = waker.wake();
         }

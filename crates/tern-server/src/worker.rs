@@ -1,6 +1,9 @@
 //! What one worker thread owns and lends to each connection it runs:
 //! the clock reading, the date cache, the open-file table, the access-log
-//! buffer, scratch buffers and a pool of I/O buffers.
+//! buffer, scratch buffers, a pool of I/O buffers, its engine's backend
+//! [`Watcher`] and the CGI [`Reaper`] — with the configuration and the
+//! server-wide counters it reads. Every engine builds one per worker; it
+//! sits below the site and the engines, so neither reaches above itself.
 
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
@@ -8,11 +11,11 @@ use std::time::{Instant, SystemTime};
 
 use tern_http::date::DateCache;
 
-use crate::access_log::AccessLog;
-use crate::metrics::WorkerStats;
+use crate::access_log::{AccessLog, AccessTarget};
+use crate::config::Config;
+use crate::metrics::{ServerStats, WorkerStats};
 use crate::open_files::OpenFileTable;
 use crate::reaper::Reaper;
-use crate::server::Shared;
 
 /// How connection code asks its engine to watch a backend's descriptor (a
 /// CGI program's output) on behalf of connection `conn`. Closing the
@@ -47,7 +50,8 @@ impl BufPool {
 }
 
 pub struct Worker<'s> {
-    pub shared: &'s Shared,
+    pub config: &'s Config,
+    pub server: &'s ServerStats,
     pub stats: &'s WorkerStats,
     /// Read once per event-loop turn.
     pub now: Instant,
@@ -67,15 +71,21 @@ pub struct Worker<'s> {
 }
 
 impl<'s> Worker<'s> {
-    pub fn new(shared: &'s Shared, index: usize, watcher: Box<dyn Watcher>) -> Worker<'s> {
-        let config = &shared.config;
+    pub fn new(
+        config: &'s Config,
+        server: &'s ServerStats,
+        access: &'s AccessTarget,
+        index: usize,
+        watcher: Box<dyn Watcher>,
+    ) -> Worker<'s> {
         Worker {
-            shared,
-            stats: &shared.stats[index],
+            config,
+            server,
+            stats: &server.workers[index],
             now: Instant::now(),
             date: DateCache::new(SystemTime::now()),
             files: OpenFileTable::new(config.static_files.open_file_cache, config.static_files.open_file_valid.0),
-            log: AccessLog::new(&shared.access, config.log.access_buffer.usize()),
+            log: AccessLog::new(access, config.log.access_buffer.usize()),
             pool: BufPool::default(),
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
@@ -92,6 +102,6 @@ impl<'s> Worker<'s> {
     }
 
     pub fn shutting_down(&self) -> bool {
-        self.shared.shutting_down.load(std::sync::atomic::Ordering::Relaxed)
+        self.server.shutting_down.load(std::sync::atomic::Ordering::Relaxed)
     }
 }

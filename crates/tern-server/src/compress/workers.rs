@@ -15,7 +15,7 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 use tern_http::accept_encoding::Coding;
 
 use super::cache::Claim;
-use super::Maker;
+use super::maker::Maker;
 use crate::config::Level;
 use crate::error_log::log;
 use crate::open_files::OpenFile;

@@ -22,7 +22,7 @@ use slab::Slab;
 use crate::config::Level;
 use crate::conn::{Conn, Status};
 use crate::error_log::log;
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::worker::{Watcher, Worker};
 
 /// Connection `k` has token `2k` for its socket and `2k + 1` for its
@@ -68,7 +68,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
         }
     };
     let _ = ready.send(Ok(waker));
-    let mut w = Worker::new(shared, index, Box::new(EpollWatcher(registry)));
+    let mut w = shared.worker(index, Box::new(EpollWatcher(registry)));
     w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
     let mut conns: Slab<Conn> = Slab::with_capacity(1024);
     let mut events = Events::with_capacity(1024);
@@ -116,9 +116,9 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                     let hangup = event.is_error() || (read_closed && event.is_write_closed());
                     if let Some(conn) = conns.get_mut(key) {
                         let status = if t % 2 == 1 {
-                            guarded(&mut w, conn, |c, w| c.on_backend_ready(w, readable, read_closed))
+                            guarded(&mut w, conn, |c, w| c.on_backend_ready(shared, w, readable, read_closed))
                         } else {
-                            guarded(&mut w, conn, |c, w| c.on_ready(w, readable, writable, read_closed, hangup))
+                            guarded(&mut w, conn, |c, w| c.on_ready(shared, w, readable, writable, read_closed, hangup))
                         };
                         if status == Status::Closed {
                             close(&mut w, &mut conns, key);
@@ -135,7 +135,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             }
         }
         if w.reaper.has_pending() {
-            w.reaper.tick(w.now, &shared.cgi_running);
+            w.reaper.tick(w.now, &shared.server.cgi_running);
         }
         if shutdown_deadline.is_none() && w.shutting_down() {
             // Stop accepting; idle connections close now, busy ones after
@@ -149,7 +149,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             shutdown_deadline = Some(w.now + shared.config.server.shutdown_timeout.0);
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
-                if guarded(&mut w, &mut conns[key], |c, w| c.begin_shutdown(w)) == Status::Closed {
+                if guarded(&mut w, &mut conns[key], |c, w| c.begin_shutdown(shared, w)) == Status::Closed {
                     close(&mut w, &mut conns, key);
                 }
             }
@@ -158,7 +158,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             next_tick = w.now + TICK;
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
-                if guarded(&mut w, &mut conns[key], |c, w| c.on_tick(w)) == Status::Closed {
+                if guarded(&mut w, &mut conns[key], |c, w| c.on_tick(shared, w)) == Status::Closed {
                     close(&mut w, &mut conns, key);
                 }
             }
@@ -174,7 +174,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     for key in keys {
         close(&mut w, &mut conns, key);
     }
-    w.reaper.kill_all(&shared.cgi_running);
+    w.reaper.kill_all(&shared.server.cgi_running);
     w.log.flush();
 }
 
@@ -203,7 +203,6 @@ fn guarded(w: &mut Worker<'_>, conn: &mut Conn, f: impl FnOnce(&mut Conn, &mut W
 /// Accepts up to a batch of connections; returns whether more may be
 /// waiting (the batch was used up).
 fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, conns: &mut Slab<Conn>) -> bool {
-    let shared = w.shared;
     for _ in 0..ACCEPT_BATCH {
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
@@ -218,8 +217,8 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
         // SAFETY: the descriptor comes straight from the accepted mio stream.
         let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
         w.stats.accepted.incr();
-        if shared.connections.fetch_add(1, Ordering::Relaxed) >= shared.config.server.max_connections {
-            shared.connections.fetch_sub(1, Ordering::Relaxed);
+        if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.server.max_connections {
+            w.server.connections.fetch_sub(1, Ordering::Relaxed);
             w.stats.rejected.incr();
             refuse(stream, peer);
             continue;
@@ -233,7 +232,7 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
             Interest::READABLE | Interest::WRITABLE,
         ) {
             log!(Level::Error, "cannot register connection: {e}");
-            shared.connections.fetch_sub(1, Ordering::Relaxed);
+            w.server.connections.fetch_sub(1, Ordering::Relaxed);
             continue;
         }
         entry.insert(conn);
@@ -254,7 +253,7 @@ fn close(w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
     let conn = conns.remove(key);
     // Counted as closed before the socket is: a client that sees the close
     // may ask the status page (another worker) at once.
-    w.shared.connections.fetch_sub(1, Ordering::Relaxed);
+    w.server.connections.fetch_sub(1, Ordering::Relaxed);
     w.stats.active.set(w.stats.active.get().saturating_sub(1));
     // Closing the descriptor also removes it from the epoll set.
     conn.recycle(w);

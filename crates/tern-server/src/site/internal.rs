@@ -16,9 +16,15 @@ const TIMEOUT_NAMES: [&str; 4] = ["idle", "header", "body", "send"];
 /// In the order of `compress::cache::coding_index`.
 const CODING_NAMES: [&str; 3] = ["gzip", "br", "zstd"];
 
-pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
-    let shared = w.shared;
-    let status = &shared.config.status;
+pub fn serve(
+    req: &Request<'_>,
+    peer: SocketAddr,
+    compression: &Compression,
+    reply: &mut Reply<'_>,
+    w: &mut Worker<'_>,
+) {
+    let (config, server) = (w.config, w.server);
+    let status = &config.status;
     if !status.allow.iter().any(|n| n.contains(peer.ip())) {
         return reply.error(403);
     }
@@ -31,22 +37,22 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
     // The current worker's table size is exact; other workers report theirs
     // on their next tick.
     w.stats.open_files.set(w.files.len() as u64);
-    let t = Totals::sum(&shared.stats);
-    let uptime = w.now.saturating_duration_since(shared.started).as_secs();
+    let t = Totals::sum(&server.workers);
+    let uptime = w.now.saturating_duration_since(server.started).as_secs();
     if req.path == status.path {
         let body = serde_json::json!({
             "server": "tern",
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_seconds": uptime,
             "model": "event",
-            "io": shared.config.static_files.io.name(),
-            "workers": shared.stats.len(),
-            "shutting_down": shared.shutting_down.load(Relaxed),
+            "io": config.static_files.io.name(),
+            "workers": server.workers.len(),
+            "shutting_down": server.shutting_down.load(Relaxed),
             "connections": {
                 "active": t.active,
                 "accepted": t.accepted,
                 "rejected": t.rejected,
-                "max": shared.config.server.max_connections,
+                "max": config.server.max_connections,
             },
             "requests": {
                 "total": t.requests,
@@ -54,7 +60,7 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
             },
             "bytes_sent": t.bytes_out,
             "cgi": {
-                "running": shared.cgi_running.load(Relaxed),
+                "running": server.cgi_running.load(Relaxed),
                 "started": t.cgi_started,
                 "rejected": t.cgi_rejected,
                 "failed": t.cgi_failed,
@@ -70,7 +76,7 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
                 "hit_rate": if t.open_file_hits + t.open_file_misses == 0 { 0.0 }
                             else { t.open_file_hits as f64 / (t.open_file_hits + t.open_file_misses) as f64 },
             },
-            "compression": compression_json(&shared.site.compression, &t),
+            "compression": compression_json(compression, &t),
         });
         let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
         text.push(b'\n');
@@ -81,8 +87,8 @@ pub fn serve(req: &Request<'_>, peer: SocketAddr, reply: &mut Reply<'_>, w: &mut
         reply.body(&text);
         return;
     }
-    let mut text = prometheus(&t, uptime, shared.stats.len(), shared.cgi_running.load(Relaxed) as u64);
-    compression_prometheus(&mut text, &shared.site.compression, &t);
+    let mut text = prometheus(&t, uptime, server.workers.len(), server.cgi_running.load(Relaxed) as u64);
+    compression_prometheus(&mut text, compression, &t);
     reply.head(200);
     reply.header("Content-Type", b"text/plain; version=0.0.4; charset=utf-8");
     reply.header("Cache-Control", b"no-store");

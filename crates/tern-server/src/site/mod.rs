@@ -62,9 +62,9 @@ impl Site {
         reply: &mut Reply<'_>,
         w: &mut Worker<'_>,
     ) -> Answer {
-        let status = &w.shared.config.status;
+        let status = &w.config.status;
         if status.enabled && (req.path == status.path || req.path == status.metrics_path) {
-            internal::serve(req, peers.peer, reply, w);
+            internal::serve(req, peers.peer, &self.compression, reply, w);
             return Answer::Done;
         }
         if req.form == TargetForm::Asterisk || req.form == TargetForm::Authority {
@@ -81,7 +81,12 @@ impl Site {
         };
         match self.cgi.locate(&self.root, &w.path) {
             None => {
-                static_files::serve(self, req, norm, reply, w);
+                let files = static_files::Files {
+                    root: &self.root,
+                    static_files: &self.static_files,
+                    compression: &self.compression,
+                };
+                static_files::serve(files, req, norm, reply, w);
                 Answer::Done
             }
             Some(Err(err)) => {
@@ -97,7 +102,7 @@ impl Site {
                     peer: peers.peer,
                     local: peers.local,
                 };
-                match cgi::start(&self.cgi, &w.shared.cgi_running, req, &launch) {
+                match cgi::start(&self.cgi, &w.server.cgi_running, req, &launch) {
                     Ok(running) => {
                         w.stats.cgi_started.incr();
                         Answer::Backend(running)

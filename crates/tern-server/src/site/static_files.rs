@@ -13,17 +13,24 @@ use tern_http::path::Normalized;
 use tern_http::range::{self, ByteRange, RangeDecision};
 use tern_http::{response, Method, Request};
 
-use super::Site;
 use crate::compress::cache::Entry;
 use crate::compress::{Choice, Compression, VARY};
 use crate::config::{Config, IoMethod, Level};
 use crate::error_log::log;
 use crate::open_files::{Identity, OpenFile};
 use crate::reply::Reply;
-use crate::resolve::{Found, ResolveError};
+use crate::resolve::{Found, ResolveError, Root};
 use crate::worker::Worker;
 
 const ALLOW: &[u8] = b"GET, HEAD, OPTIONS";
+
+/// What static serving reads from the site (its router owns them).
+#[derive(Clone, Copy)]
+pub struct Files<'a> {
+    pub root: &'a Root,
+    pub static_files: &'a Settings,
+    pub compression: &'a Compression,
+}
 
 /// What static serving needs from the configuration, prepared once.
 pub struct Settings {
@@ -119,7 +126,7 @@ impl Settings {
 
 /// Answers a request for a file under the document root; `w.path` holds
 /// its normalised path.
-pub fn serve(site: &Site, req: &Request<'_>, norm: Normalized, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
+pub fn serve(site: Files<'_>, req: &Request<'_>, norm: Normalized, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
     // The key tells `dir/` (its index) from `dir` (a redirect).
     let rel_len = w.path.len();
     if norm.trailing_slash {
@@ -129,7 +136,7 @@ pub fn serve(site: &Site, req: &Request<'_>, norm: Normalized, reply: &mut Reply
     loop {
         let Some((file, fresh)) = open(site, req, reply, w, rel_len, norm.trailing_slash, revalidate) else { return };
         return match req.method {
-            Method::Get | Method::Head => match site.compression.select(&site.root, req, w, &file, fresh) {
+            Method::Get | Method::Head => match site.compression.select(site.root, req, w, &file, fresh) {
                 // The table's entry is older than the file: look again.
                 Choice::Changed if !revalidate => {
                     revalidate = true;
@@ -150,7 +157,7 @@ pub fn serve(site: &Site, req: &Request<'_>, norm: Normalized, reply: &mut Reply
 /// (always when `revalidate`); with whether it was resolved just now.
 /// `None` when the request was answered (redirect, 403, 404, …).
 fn open(
-    site: &Site,
+    site: Files<'_>,
     req: &Request<'_>,
     reply: &mut Reply<'_>,
     w: &mut Worker<'_>,
@@ -180,7 +187,7 @@ fn open(
                     }
                     rel_path.extend_from_slice(site.root.index_name(i).as_bytes());
                 }
-                match site.static_files.open_file(file, &stat, rel_path, &site.compression) {
+                match site.static_files.open_file(file, &stat, rel_path, site.compression) {
                     Ok(entry) => {
                         let entry = Arc::new(entry);
                         w.files.insert(&w.path, entry.clone(), w.now);
@@ -278,7 +285,7 @@ pub fn allow(reply: &mut Reply<'_>, status: u16) {
     }
 }
 
-fn send_file(site: &Site, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut Worker<'_>, file: &Arc<OpenFile>) {
+fn send_file(site: Files<'_>, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut Worker<'_>, file: &Arc<OpenFile>) {
     let validators = Validators { etag: &file.etag, last_modified: file.last_modified };
     match conditional::evaluate(req, &validators) {
         Outcome::Proceed => {}

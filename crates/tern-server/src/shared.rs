@@ -1,0 +1,28 @@
+//! What all workers of one server share, read-mostly: built by `server.rs`,
+//! handed to an engine, and passed by the engine to every connection it
+//! drives. An engine needs nothing else to run, so it never learns how the
+//! server was assembled.
+
+use tern_http::request::Limits;
+
+use crate::access_log::AccessTarget;
+use crate::config::Config;
+use crate::metrics::ServerStats;
+use crate::site::Site;
+use crate::worker::{Watcher, Worker};
+
+pub struct Shared {
+    pub config: Config,
+    pub http_limits: Limits,
+    pub site: Site,
+    pub server: ServerStats,
+    pub access: AccessTarget,
+}
+
+impl Shared {
+    /// What worker `index` lends its connections; `watcher` is how its
+    /// engine watches backend descriptors.
+    pub fn worker(&self, index: usize, watcher: Box<dyn Watcher>) -> Worker<'_> {
+        Worker::new(&self.config, &self.server, &self.access, index, watcher)
+    }
+}
