@@ -4,10 +4,18 @@
 //! A request's path through the code, in file order: `engine/event.rs`
 //! accepts and waits for readiness → `conn.rs` reads, parses (with
 //! `tern_http`) and enforces limits and timeouts → `site/mod.rs` routes →
-//! `site/static_files.rs` (via `site/open_files.rs` and `site/resolve.rs`)
-//! or `site/internal.rs` answers into a `reply.rs` (`compress/` picks and
+//! `site/static_files.rs` (via `open_files.rs` and `resolve.rs`) or
+//! `site/internal.rs` answers into a `reply.rs` (`compress/` picks and
 //! caches compressed variants) → `body.rs` sends it with the configured I/O
 //! method → `access_log.rs` and `metrics.rs` record it.
+//!
+//! Imports run one way, top to bottom (ARCHITECTURE.md, "Layers"; checked
+//! by `tests/layers.rs`): `server.rs` (composition root) → `engine/` →
+//! `conn.rs`, `request_body.rs`, `shared.rs` → `site/` → `compress/` →
+//! `worker.rs` (what a worker lends), `reply.rs`, `body.rs` → files and
+//! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`,
+//! `metrics.rs`, `error_log.rs`, `config.rs`, `sys.rs`). Nothing imports
+//! this file.
 
 pub mod access_log;
 pub mod body;
