@@ -2,7 +2,7 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "tern", version, about = "A measuring HTTP/1.1 server and its performance lab")]
@@ -17,6 +17,8 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Generate HTTP load against a URL and report throughput and latency.
     Bench(cmd::bench::Args),
+    /// Write the manual pages (roff) into a directory.
+    Man(cmd::man::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -24,6 +26,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Man(args) => cmd::man::run(args, Cli::command()),
     };
     match result {
         Ok(code) => code,

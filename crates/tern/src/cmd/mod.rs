@@ -1,2 +1,3 @@
 pub mod bench;
+pub mod man;
 pub mod serve;

@@ -18,8 +18,20 @@ EXAMPLES:
     tern serve site/ --io mmap --access-log off
 
 Without --config every setting has a default (see README.md, \"Configuration\");
-command-line options override the file. SIGTERM or Ctrl-C stops the server
-gracefully: in-flight responses finish, idle connections close.")]
+command-line options override the file.
+
+SIGNALS:
+    SIGTERM, SIGINT   stop gracefully: in-flight responses finish (for at most
+                      server.shutdown_timeout), idle connections close.
+    SIGHUP            reload: the config file is read again and new workers take
+                      over the listening sockets; the access log is reopened. A
+                      config that does not load leaves the running one serving.
+
+LOGS:
+    The access log (log.access, --access-log) is Combined Log Format, default
+    stdout. The error log (log.error: a path or \"-\" for stderr, the default)
+    gets startup problems, CGI programs' stderr and failures, at the level
+    log.level and above: error, warn (the default), info or debug.")]
 pub struct Args {
     /// Document root to serve (overrides `server.root`; default: the
     /// current directory).
