@@ -83,25 +83,34 @@ impl Server {
         let mut addrs = Vec::new();
         let mut inherited = inherited;
         for listen in &config.server.listen {
-            let mut addr = listen.0;
-            let (mut mine, rest): (Vec<_>, Vec<_>) =
-                inherited.into_iter().partition(|l| l.local_addr().is_ok_and(|a| a == addr));
-            inherited = rest;
-            for listeners in per_worker.iter_mut() {
-                let l = match mine.pop() {
-                    Some(l) => l,
-                    None => sys::reuseport_listener(addr, config.server.backlog)
-                        .map_err(|source| StartError::Listen { addr, source })?,
-                };
-                addr = l.local_addr()?;
-                listeners.push(l);
+            // The addresses of one entry (`localhost:0`) share the port the
+            // first one gets.
+            let mut port = 0;
+            for &named in &listen.addrs {
+                let mut addr = named;
+                if addr.port() == 0 {
+                    addr.set_port(port);
+                }
+                let (mut mine, rest): (Vec<_>, Vec<_>) =
+                    inherited.into_iter().partition(|l| l.local_addr().is_ok_and(|a| a == addr));
+                inherited = rest;
+                for listeners in per_worker.iter_mut() {
+                    let l = match mine.pop() {
+                        Some(l) => l,
+                        None => sys::reuseport_listener(addr, config.server.backlog)
+                            .map_err(|source| StartError::Listen { addr, source })?,
+                    };
+                    addr = l.local_addr()?;
+                    listeners.push(l);
+                }
+                // Fewer workers than before: every handed-over socket is
+                // still watched by someone.
+                for (i, l) in mine.into_iter().enumerate() {
+                    per_worker[i % workers].push(l);
+                }
+                port = addr.port();
+                addrs.push(addr);
             }
-            // Fewer workers than before: every handed-over socket is still
-            // watched by someone.
-            for (i, l) in mine.into_iter().enumerate() {
-                per_worker[i % workers].push(l);
-            }
-            addrs.push(addr);
         }
         let handover = per_worker.iter().flatten().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
 

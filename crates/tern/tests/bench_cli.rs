@@ -105,12 +105,23 @@ fn json_counts_agree_with_the_server() {
 fn the_summary_is_all_there_is_when_not_on_a_terminal() {
     let server = TinyServer::start();
     let out = tern(&["-n", "300", "-c", "3", "-t", "1", &server.url("/s?status=503")]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Not one success: the summary says so and the exit status is 1.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(out.stderr.is_empty(), "stderr: {}", text(&out.stderr));
     let summary = text(&out.stdout);
     assert!(summary.starts_with("tern bench http://"), "{summary}");
-    for needle in ["requests", "req/s", "transfer", "p50", "p99.9", "max", "errors    300", "status 300", "503 × 300"]
-    {
+    for needle in [
+        "requests",
+        "req/s",
+        "transfer",
+        "p50",
+        "p99.9",
+        "max",
+        "errors    300",
+        "status 300",
+        "503 × 300",
+        "FAILED    no successful (2xx or 3xx) response",
+    ] {
         assert!(summary.contains(needle), "summary lacks {needle:?}:\n{summary}");
     }
 }
@@ -186,4 +197,26 @@ fn ctrl_c_prints_what_was_measured() {
     assert!(summary.contains("interrupted"), "{summary}");
     assert!(summary.contains("req/s"), "{summary}");
     assert!(server.requests() > 0);
+}
+
+/// A run in which nothing succeeded says so and exits 1 (JSON too), one
+/// success is enough for 0; a mix run's summary names the mix file.
+#[test]
+fn a_run_without_a_success_fails_and_a_mix_is_named() {
+    let server = TinyServer::start();
+    let out = tern(&["-n", "20", "-c", "2", "-t", "1", "--json", &server.url("/x?status=404")]);
+    assert_eq!(out.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((j["successes"].as_u64(), j["status"]["404"].as_u64()), (Some(0), Some(20)));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mix = dir.path().join("two.mix");
+    std::fs::write(&mix, "1 /missing?status=404\n1 /fine\n").unwrap();
+    let out = tern(&["--mix", mix.to_str().unwrap(), "-n", "20", "-c", "2", "-t", "1", &server.url("/")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary = text(&out.stdout);
+    let first = summary.lines().next().unwrap();
+    let authority = server.url("/").trim_end_matches('/').to_string();
+    assert!(first.starts_with(&format!("tern bench --mix {} (2 entries) {authority}: ", mix.display())), "{first}");
+    assert!(!summary.contains("FAILED"), "{summary}");
 }

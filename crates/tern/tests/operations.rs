@@ -271,3 +271,40 @@ fn serves_the_bundled_demo_site() {
     let info = get(tern.addr, "/cgi-bin/info.py/some/path?x=1", "");
     assert!(String::from_utf8_lossy(&info.body).contains("<tr><th>PATH_INFO</th><td>/some/path</td></tr>"));
 }
+
+/// `--listen localhost:0` binds both loopback families on one port, and
+/// both answer; a host name other than localhost is refused by name.
+#[test]
+fn listen_localhost_binds_both_loopback_families() {
+    let site = common::site();
+    let mut child = Command::new(common::tern_bin())
+        .arg("serve")
+        .arg(&site.root)
+        .args(["--listen", "localhost:0", "--workers", "1", "--access-log", "off"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+    let mut addrs = Vec::new();
+    while addrs.len() < 2 {
+        let line = lines.next().expect("tern exited before listening").unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            addrs.push(rest.split('/').next().unwrap().parse::<std::net::SocketAddr>().unwrap());
+        }
+    }
+    let port = addrs[0].port();
+    assert_ne!(port, 0);
+    assert_eq!(addrs, [std::net::SocketAddr::from(([127, 0, 0, 1], port)), format!("[::1]:{port}").parse().unwrap()]);
+    for addr in addrs {
+        let r = get(addr, "/", "");
+        assert_eq!((r.status, r.body.as_slice()), (200, common::INDEX.as_bytes()), "{addr}");
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+
+    let out =
+        Command::new(common::tern_bin()).args(["serve", "--check", "--listen", "example.com:80"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("`example.com:80` is not a listen address"), "{said}");
+}

@@ -115,6 +115,8 @@ pub struct Options {
     pub timeline: Option<PathBuf>,
     /// Draw a live progress bar on stderr.
     pub progress: bool,
+    /// The mix file the plan came from, named by the summary.
+    pub mix_file: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -130,6 +132,7 @@ impl Default for Options {
             timeout: Duration::from_secs(10),
             timeline: None,
             progress: false,
+            mix_file: None,
         }
     }
 }
@@ -298,6 +301,7 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
     let facts = report::RunFacts {
         run: report::Run {
             target: plan.url.to_string(),
+            mix_file: opts.mix_file.as_ref().map(|p| p.display().to_string()),
             rate: opts.rate,
             threads,
             connections: opts.connections,

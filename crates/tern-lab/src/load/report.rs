@@ -28,7 +28,10 @@ pub const HISTOGRAM_ENCODING: &str = "hdrhistogram-v2-deflate-base64";
 /// How the run was made: what was asked for, and how long it lasted.
 #[derive(Debug, Clone, Serialize)]
 pub struct Run {
+    /// The URL (with a mix: the first entry's).
     pub target: String,
+    /// The mix file, when the requests came from one.
+    pub mix_file: Option<String>,
     /// Requests per second asked for (open loop).
     pub rate: Option<f64>,
     pub threads: usize,
@@ -305,10 +308,18 @@ impl fmt::Display for Report {
             Some(rate) => format!("open loop at {rate} req/s"),
             None => "closed loop".to_string(),
         };
+        let what = match &self.run.mix_file {
+            // The server (scheme and authority) and the file, not the
+            // first entry's path, which is one request of many.
+            Some(mix) => {
+                let server = self.run.target.splitn(4, '/').take(3).collect::<Vec<_>>().join("/");
+                format!("--mix {mix} ({} entries) {server}", self.mix.len())
+            }
+            None => self.run.target.clone(),
+        };
         writeln!(
             f,
-            "tern bench {}: {loop_kind}, {} thread{}, {} connection{}, {}{}",
-            self.run.target,
+            "tern bench {what}: {loop_kind}, {} thread{}, {} connection{}, {}{}",
             self.run.threads,
             if self.run.threads == 1 { "" } else { "s" },
             self.run.connections,
@@ -386,6 +397,12 @@ impl fmt::Display for Report {
             .collect();
         if !non_2xx.is_empty() {
             writeln!(f, "  non-2xx   {}", non_2xx.join(", "))?;
+        }
+        if self.successes == 0 {
+            writeln!(
+                f,
+                "  FAILED    no successful (2xx or 3xx) response: the figures above measure failures, not the server"
+            )?;
         }
         if self.mix.len() > 1 {
             writeln!(f, "  mix")?;

@@ -44,8 +44,10 @@ histograms in HdrHistogram V2 deflate + base64 so runs can be merged exactly),
 a progress bar on stderr when it is a terminal. Errors are counted by class:
 connect, read, write, timeout, and status (responses other than 2xx/3xx).
 Ctrl-C stops the run and prints what was measured; a second Ctrl-C exits.
-Exit status: 0 when the run was made, 2 when it could not be (bad URL or mix
-file, unreachable host).";
+Exit status: 0 when the run was made and at least one response was a 2xx or
+3xx, 1 when none was (every request 404, refused or timed out: the summary
+says FAILED), 2 when the run could not be made (bad URL or mix file,
+unreachable host).";
 
 #[derive(clap::Args)]
 #[command(after_long_help = LONG_HELP)]
@@ -142,6 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         timeout: args.timeout,
         timeline: args.timeline,
         progress: std::io::stderr().is_terminal(),
+        mix_file: args.mix.clone(),
     };
     let interrupt = load::interrupt_on_ctrl_c()?;
     let report = load::run(&plan, &opts, &interrupt)?;
@@ -150,5 +153,5 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         print!("{report}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if report.successes == 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

@@ -1,6 +1,5 @@
 //! `tern serve`: run the server.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -39,10 +38,12 @@ pub struct Args {
     /// TOML configuration file.
     #[arg(short, long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Address to listen on, IP:PORT (repeatable; port 0 picks a free port;
-    /// overrides `server.listen`).
+    /// Address to listen on (repeatable; overrides `server.listen`):
+    /// IP:PORT or [IPv6]:PORT; localhost:PORT for both loopback addresses;
+    /// PORT or :PORT for every IPv4 and IPv6 address. Port 0 picks a free
+    /// port.
     #[arg(short, long, value_name = "ADDR")]
-    pub listen: Vec<SocketAddr>,
+    pub listen: Vec<Listen>,
     /// How static files are sent (overrides `static.io`).
     #[arg(long, value_name = "METHOD", value_parser = ["sendfile", "mmap", "read"])]
     pub io: Option<String>,
@@ -67,7 +68,7 @@ fn configuration(args: &Args) -> anyhow::Result<Config> {
         config.server.root = dir.clone();
     }
     if !args.listen.is_empty() {
-        config.server.listen = args.listen.iter().copied().map(Listen).collect();
+        config.server.listen = args.listen.clone();
     }
     if let Some(io) = &args.io {
         config.static_files.io = io.parse::<IoMethod>().map_err(anyhow::Error::msg)?;
@@ -115,10 +116,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn reload(args: &Args, running: Server) -> Server {
     let started = configuration(args).and_then(|mut config| {
         // Port 0 was resolved at the first start: keep the ports in use.
-        for listen in &mut config.server.listen {
-            if listen.0.port() == 0 {
-                if let Some(bound) = running.local_addrs().iter().find(|a| a.ip() == listen.0.ip()) {
-                    listen.0 = *bound;
+        for addr in config.server.listen.iter_mut().flat_map(|l| l.addrs.iter_mut()) {
+            if addr.port() == 0 {
+                if let Some(bound) = running.local_addrs().iter().find(|a| a.ip() == addr.ip()) {
+                    *addr = *bound;
                 }
             }
         }
