@@ -205,7 +205,7 @@ impl Conn {
     fn drive(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
         loop {
             match self.phase {
-                Phase::Send => match self.flush() {
+                Phase::Send => match self.flush(w) {
                     Sent::All => {
                         if let Some(status) = self.sent(w) {
                             return status;
@@ -274,7 +274,7 @@ impl Conn {
                     if self.out.is_empty() {
                         return Status::Open;
                     }
-                    match self.flush() {
+                    match self.flush(w) {
                         Sent::All => {}
                         Sent::Wait => return Status::Open,
                         Sent::Failed => {
@@ -288,14 +288,19 @@ impl Conn {
         }
     }
 
-    /// Writes queued output as far as the socket takes it.
-    fn flush(&mut self) -> Sent {
+    /// Writes queued output as far as the socket takes it. Every response
+    /// byte (heads, files by any I/O method, compressed and CGI bodies —
+    /// any backend's output relayed through the queue) leaves here, so
+    /// this is where `bytes_sent` counts.
+    fn flush(&mut self, w: &Worker<'_>) -> Sent {
         if !self.may_write {
             return Sent::Wait;
         }
         let before = self.out.written;
         let result = self.out.flush(self.sock.as_fd());
-        self.timer.bytes += self.out.written - before;
+        let sent = self.out.written - before;
+        self.timer.bytes += sent;
+        w.stats.bytes_sent.add(sent);
         match result {
             Ok(Flushed::All) => Sent::All,
             Ok(Flushed::Blocked) => {
@@ -439,7 +444,7 @@ impl Conn {
                     // The body is read (and its framing checked) before the
                     // answer; one larger than allowed is not read at all.
                     Some(reader) if !matches!(req.framing, BodyFraming::Length(n) if n > max) => {
-                        if req.expect_continue && !self.send_continue() {
+                        if req.expect_continue && !self.send_continue(w) {
                             return self.restore(rbuf, None);
                         }
                         self.body = Some((reader, req.head_len));
@@ -479,9 +484,13 @@ impl Conn {
 
     /// Sends the interim `100 Continue` (RFC 9110 §10.1.1) at once; the
     /// output queue is empty, so it cannot overtake anything.
-    fn send_continue(&mut self) -> bool {
+    fn send_continue(&mut self, w: &Worker<'_>) -> bool {
         const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
-        matches!(sys::send_vectored(self.sock.as_fd(), &[std::io::IoSlice::new(CONTINUE)], false), Ok(n) if n == CONTINUE.len())
+        let sent = sys::send_vectored(self.sock.as_fd(), &[std::io::IoSlice::new(CONTINUE)], false);
+        if let Ok(n) = sent {
+            w.stats.bytes_sent.add(n as u64);
+        }
+        matches!(sent, Ok(n) if n == CONTINUE.len())
     }
 
     /// Consumes buffered body bytes; answers the request once the body is
@@ -572,11 +581,10 @@ impl Conn {
             return self.start_backend(w, req, running);
         }
         reply.finish();
-        let (status, body_len, queued) = (reply.status, reply.body_len, reply.queued);
+        let (status, body_len) = (reply.status, reply.body_len);
         self.keep_alive = reply.keep_alive;
         w.stats.requests.incr();
         w.stats.status(status);
-        w.stats.bytes_out.add(queued);
         w.log.record(&Entry {
             client: self.peers.peer.ip(),
             time: w.date.clf(),
@@ -620,7 +628,6 @@ impl Conn {
         reply.error(status);
         reply.finish();
         w.stats.status(status);
-        w.stats.bytes_out.add(reply.queued);
         w.log.record(&Entry {
             client: self.peers.peer.ip(),
             time: w.date.clf(),

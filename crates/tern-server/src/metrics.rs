@@ -50,8 +50,10 @@ pub struct WorkerStats {
     pub requests: Counter,
     /// Responses by status class: 1xx … 5xx.
     pub status: [Counter; 5],
-    /// Response bytes (heads and bodies) queued.
-    pub bytes_out: Counter,
+    /// Bytes written to client sockets: every response by every I/O method
+    /// and backend, counted where they are written (`Conn::flush`, the
+    /// `100 Continue` and the `503` to a connection over the cap).
+    pub bytes_sent: Counter,
     pub timeouts: [Counter; 4],
     pub open_file_hits: Counter,
     pub open_file_misses: Counter,
@@ -123,7 +125,7 @@ pub struct Totals {
     pub active: u64,
     pub requests: u64,
     pub status: [u64; 5],
-    pub bytes_out: u64,
+    pub bytes_sent: u64,
     pub timeouts: [u64; 4],
     pub open_file_hits: u64,
     pub open_file_misses: u64,
@@ -149,7 +151,7 @@ impl Totals {
             for (sum, c) in t.status.iter_mut().zip(&w.status) {
                 *sum += c.get();
             }
-            t.bytes_out += w.bytes_out.get();
+            t.bytes_sent += w.bytes_sent.get();
             for (sum, c) in t.timeouts.iter_mut().zip(&w.timeouts) {
                 *sum += c.get();
             }

@@ -44,8 +44,6 @@ pub struct Reply<'q> {
     pub status: u16,
     /// The body size announced (what the access log records).
     pub body_len: u64,
-    /// Bytes of head and body queued.
-    pub queued: u64,
 }
 
 impl<'q> Reply<'q> {
@@ -57,7 +55,7 @@ impl<'q> Reply<'q> {
         http10: bool,
         keep_alive: bool,
     ) -> Self {
-        Reply { out, date: *date, server, head_only, http10, keep_alive, status: 0, body_len: 0, queued: 0 }
+        Reply { out, date: *date, server, head_only, http10, keep_alive, status: 0, body_len: 0 }
     }
 
     pub fn with(out: &'q mut OutQueue, p: &Params<'q>) -> Self {
@@ -195,10 +193,8 @@ impl<'q> Reply<'q> {
         }
     }
 
-    /// Commits what was written to the queue; returns bytes queued.
+    /// Commits what was written to the queue.
     pub fn finish(&mut self) {
-        let before = self.out.queued();
         self.out.commit_buf();
-        self.queued = self.out.queued() - before;
     }
 }

@@ -220,7 +220,7 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
         if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.server.max_connections {
             w.server.connections.fetch_sub(1, Ordering::Relaxed);
             w.stats.rejected.incr();
-            refuse(stream, peer);
+            refuse(w, stream, peer);
             continue;
         }
         let entry = conns.vacant_entry();
@@ -243,9 +243,11 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
 
 /// Answers a connection over the cap with `503` (best effort, never
 /// blocking) and closes it.
-fn refuse(stream: TcpStream, peer: SocketAddr) {
+fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr) {
     use std::io::Write;
-    let _ = (&stream).write(OVERLOADED);
+    if let Ok(n) = (&stream).write(OVERLOADED) {
+        w.stats.bytes_sent.add(n as u64);
+    }
     log!(Level::Warn, "{peer}: refused, server.max_connections reached");
 }
 

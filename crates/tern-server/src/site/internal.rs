@@ -58,7 +58,7 @@ pub fn serve(
                 "total": t.requests,
                 "1xx": t.status[0], "2xx": t.status[1], "3xx": t.status[2], "4xx": t.status[3], "5xx": t.status[4],
             },
-            "bytes_sent": t.bytes_out,
+            "bytes_sent": t.bytes_sent,
             "cgi": {
                 "running": server.cgi_running.load(Relaxed),
                 "started": t.cgi_started,
@@ -207,7 +207,7 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
     let classes = ["{class=\"1xx\"}", "{class=\"2xx\"}", "{class=\"3xx\"}", "{class=\"4xx\"}", "{class=\"5xx\"}"];
     let by_class: Vec<(&str, u64)> = classes.iter().copied().zip(t.status).collect();
     metric("responses_total", "counter", "Responses by status class.", &by_class);
-    metric("sent_bytes_total", "counter", "Response bytes queued.", &[("", t.bytes_out)]);
+    metric("sent_bytes_total", "counter", "Bytes written to client sockets.", &[("", t.bytes_sent)]);
     let kinds: Vec<String> = TIMEOUT_NAMES.iter().map(|k| format!("{{phase=\"{k}\"}}")).collect();
     let timeouts: Vec<(&str, u64)> = kinds.iter().map(String::as_str).zip(t.timeouts).collect();
     metric("timeouts_total", "counter", "Connections closed by a timeout.", &timeouts);
