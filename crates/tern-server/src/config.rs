@@ -59,6 +59,13 @@ pub struct Server {
     /// On SIGTERM, how long in-flight responses may take to finish.
     /// Default `"10s"`.
     pub shutdown_timeout: Seconds,
+    /// Started as root: the user (name or number) to become for good once
+    /// the listeners are bound and the logs opened. Default `""`: stay who
+    /// started it.
+    pub user: String,
+    /// The group to become with `user`. Default `""`: the user's primary
+    /// group.
+    pub group: String,
 }
 
 impl Default for Server {
@@ -74,6 +81,8 @@ impl Default for Server {
             symlinks: Symlinks::InsideRoot,
             server_header: "tern".into(),
             shutdown_timeout: Seconds(Duration::from_secs(10)),
+            user: String::new(),
+            group: String::new(),
         }
     }
 }
@@ -448,6 +457,9 @@ pub struct Cgi {
     pub env: BTreeMap<String, String>,
     /// Bytes read from a program's output per read. Default `"64KiB"`.
     pub pipe_buffer: Bytes,
+    /// Run programs even when the server is root (no `server.user`);
+    /// otherwise they are refused with `403`. Default false.
+    pub allow_root: bool,
 }
 
 impl Default for Cgi {
@@ -463,6 +475,7 @@ impl Default for Cgi {
             pass_env: ["PATH", "LANG", "LC_ALL", "TZ"].iter().map(|s| (*s).to_string()).collect(),
             env: BTreeMap::new(),
             pipe_buffer: Bytes(64 * 1024),
+            allow_root: false,
         }
     }
 }
@@ -687,6 +700,7 @@ impl Config {
                 "must be at least limits.max_request_line",
             ),
             (self.limits.max_ranges == 0, "limits", "max_ranges", "must be at least 1"),
+            (self.server.user.is_empty() && !self.server.group.is_empty(), "server", "group", "needs server.user"),
             (self.cgi.max_processes == 0, "cgi", "max_processes", "must be at least 1"),
             (self.cgi.pipe_buffer.0 == 0, "cgi", "pipe_buffer", "must be at least 1 byte"),
             (
@@ -786,6 +800,16 @@ mod tests {
         assert!(e.contains("line 3: compression.gzip_level"), "{e}");
         let e = parse("[compression]\nmime_types = [\"html\"]\n").unwrap_err();
         assert!(e.contains("line 2: compression.mime_types"), "{e}");
+    }
+
+    #[test]
+    fn user_group_and_allow_root() {
+        let c = parse("").unwrap();
+        assert!(c.server.user.is_empty() && c.server.group.is_empty() && !c.cgi.allow_root);
+        let c = parse("[server]\nuser = \"www-data\"\ngroup = \"adm\"\n[cgi]\nallow_root = true\n").unwrap();
+        assert_eq!((c.server.user.as_str(), c.server.group.as_str(), c.cgi.allow_root), ("www-data", "adm", true));
+        let e = parse("[server]\n\ngroup = \"adm\"\n").unwrap_err();
+        assert!(e.contains("line 3: server.group: needs server.user"), "{e}");
     }
 
     #[test]

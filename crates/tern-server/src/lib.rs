@@ -14,7 +14,7 @@
 //! `conn.rs`, `request_body.rs`, `shared.rs` → `site/` → `compress/` →
 //! `worker.rs` (what a worker lends), `reply.rs`, `body.rs` → files and
 //! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`,
-//! `metrics.rs`, `error_log.rs`, `config.rs`, `sys.rs`). Nothing imports
+//! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `sys.rs`). Nothing imports
 //! this file.
 
 pub mod access_log;
@@ -26,6 +26,7 @@ pub mod engine;
 pub mod error_log;
 pub mod metrics;
 pub mod open_files;
+pub mod privileges;
 pub mod reaper;
 pub mod reply;
 pub mod request_body;

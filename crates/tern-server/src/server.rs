@@ -10,11 +10,13 @@ use tern_http::request::Limits;
 use crate::access_log::AccessTarget;
 use crate::compress::Compression;
 use crate::config::Config;
+use crate::config::Level;
 use crate::engine::event;
+use crate::error_log::log;
 use crate::metrics::ServerStats;
 use crate::shared::Shared;
 use crate::site::Site;
-use crate::{error_log, sys};
+use crate::{error_log, privileges, sys};
 
 /// What a signal asks of a running server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +72,6 @@ impl Server {
             .map_err(|e| StartError::Config(format!("log.error: cannot open {}: {e}", config.log.error)))?;
         let access = AccessTarget::open(&config.log.access)
             .map_err(|e| StartError::Config(format!("log.access: cannot open {}: {e}", config.log.access)))?;
-        // Dropped on any error below, which also ends its threads.
-        let compression = Compression::start(&config)?;
-        let site = Site::new(&config, compression)?;
         let workers = if config.server.workers == 0 { sys::usable_cpus() } else { config.server.workers };
 
         // Each worker gets its own SO_REUSEPORT listener per address; the
@@ -113,6 +112,21 @@ impl Server {
             }
         }
         let handover = per_worker.iter().flatten().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
+
+        // Root's work is done (listeners bound, logs open): become
+        // server.user before any thread of this server starts, then check
+        // that the root is still readable by who the server now is.
+        drop_privileges(&config)?;
+        // Dropped on any error below, which also ends its threads.
+        let compression = Compression::start(&config)?;
+        let site = Site::new(&config, compression)?;
+        if site.cgi.refuses_as_root() && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty()) {
+            log!(
+                Level::Warn,
+                "running as root without server.user: CGI programs will be refused (403); set server.user, \
+                 or cgi.allow_root = true to run them as root"
+            );
+        }
 
         let http_limits = Limits {
             max_request_line: config.limits.max_request_line.usize(),
@@ -184,4 +198,26 @@ impl Server {
         }
         self.shared.site.compression.stop();
     }
+}
+
+/// Becomes `server.user`, when set (handing it the log files first, so a
+/// reload can reopen them), and refuses a document root the server can no
+/// longer read.
+fn drop_privileges(config: &Config) -> Result<(), StartError> {
+    let s = &config.server;
+    let who = if s.user.is_empty() {
+        format!("uid {}", rustix::process::geteuid().as_raw())
+    } else {
+        let account =
+            privileges::lookup(&s.user, &s.group).map_err(|m| StartError::Config(format!("server.user: {m}")))?;
+        if privileges::is_root() {
+            privileges::hand_over_logs(&[&config.log.access, &config.log.error], &account)
+                .map_err(|e| StartError::Config(format!("server.user: {e}")))?;
+        }
+        privileges::become_user(&account)
+            .map_err(|e| StartError::Config(format!("server.user: cannot become {}: {e}", s.user)))?;
+        format!("user {}", s.user)
+    };
+    privileges::may_read_dir(&s.root)
+        .map_err(|e| StartError::Config(format!("server.root: {} cannot be read by {who}: {e}", s.root.display())))
 }

@@ -20,7 +20,10 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("site", &["site"]),
     ("compression", &["compress"]),
     ("what a worker lends, output", &["worker", "reply", "body"]),
-    ("files and records", &["open_files", "resolve", "reaper", "access_log", "metrics", "error_log", "config", "sys"]),
+    (
+        "files and records",
+        &["open_files", "resolve", "reaper", "access_log", "metrics", "error_log", "config", "privileges", "sys"],
+    ),
 ];
 
 const ROOT: &str = "lib.rs";

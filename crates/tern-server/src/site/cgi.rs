@@ -27,6 +27,7 @@ use tern_http::{Method, Request, Version};
 use crate::body::OutQueue;
 use crate::config::{Config, Level};
 use crate::error_log::log;
+use crate::privileges;
 use crate::reply::{Framing, Params, Reply};
 use crate::resolve::{ResolveError, Root};
 use crate::sys;
@@ -65,6 +66,8 @@ pub struct Settings {
     pub timeout: Duration,
     pub pipe_buffer: usize,
     pub max_processes: usize,
+    /// The server is root and `cgi.allow_root` is off.
+    as_root_refused: bool,
 }
 
 /// A program found for a request path.
@@ -75,6 +78,12 @@ pub struct Script {
 }
 
 impl Settings {
+    /// Are programs refused because the server is root? (A FastCGI
+    /// backend started by the server asks the same.)
+    pub fn refuses_as_root(&self) -> bool {
+        self.as_root_refused
+    }
+
     pub fn new(config: &Config) -> std::io::Result<Settings> {
         let c = &config.cgi;
         let root = std::fs::canonicalize(&config.server.root)?;
@@ -96,6 +105,7 @@ impl Settings {
             timeout: c.timeout.0,
             pipe_buffer: c.pipe_buffer.usize(),
             max_processes: c.max_processes,
+            as_root_refused: privileges::is_root() && !c.allow_root,
         })
     }
 
@@ -160,6 +170,8 @@ pub struct Launch<'a> {
 
 /// Why a program could not be started.
 pub enum StartError {
+    /// `403`: the server is root and `cgi.allow_root` is off.
+    AsRoot,
     /// `503`: at `cgi.max_processes`.
     Busy,
     /// `500`: it could not be spawned.
@@ -173,6 +185,9 @@ pub fn start(
     req: &Request<'_>,
     l: &Launch<'_>,
 ) -> Result<Running, StartError> {
+    if settings.as_root_refused {
+        return Err(StartError::AsRoot);
+    }
     if running.fetch_add(1, Ordering::AcqRel) >= settings.max_processes {
         running.fetch_sub(1, Ordering::AcqRel);
         return Err(StartError::Busy);

@@ -107,6 +107,11 @@ impl Site {
                         w.stats.cgi_started.incr();
                         Answer::Backend(running)
                     }
+                    Err(cgi::StartError::AsRoot) => {
+                        log!(Level::Warn, "refused to run {:?} as root (set server.user or cgi.allow_root)", req.path);
+                        reply.error(403);
+                        Answer::Done
+                    }
                     Err(cgi::StartError::Busy) => {
                         w.stats.cgi_rejected.incr();
                         reply.head(503);
