@@ -1,5 +1,6 @@
 //! Response bytes on their way to the socket, and the three static-file
-//! I/O methods — the only place that knows how a file region is sent.
+//! I/O methods — the only place that knows how a file region is sent
+//! (`static_io.rs` decides which method sends which file).
 //!
 //! A response is a queue of segments: bytes in the connection's buffer
 //! (heads, small bodies, multipart boundaries), shared in-memory bodies
@@ -20,8 +21,8 @@ use crate::sys;
 enum Segment {
     /// `OutQueue::buf[start..end]`.
     Buf { start: usize, end: usize },
-    /// A region of a file, sent with the queue's I/O method.
-    File { file: Arc<OpenFile>, offset: u64, len: u64 },
+    /// A region of a file, sent with `method`.
+    File { file: Arc<OpenFile>, offset: u64, len: u64, method: IoMethod },
     /// Bytes held elsewhere (a cached compressed variant): `bytes[start..end]`,
     /// gathered into the same `sendmsg` as the head, like a mapping. The
     /// `Arc` keeps them alive, however the cache changes, until sent.
@@ -42,7 +43,6 @@ const MAX_IOV: usize = 32;
 
 /// One connection's pending output.
 pub struct OutQueue {
-    io: IoMethod,
     chunk_size: usize,
     /// Heads and in-memory bodies.
     pub buf: Vec<u8>,
@@ -57,9 +57,8 @@ pub struct OutQueue {
 }
 
 impl OutQueue {
-    pub fn new(io: IoMethod, chunk_size: usize) -> Self {
+    pub fn new(chunk_size: usize) -> Self {
         OutQueue {
-            io,
             chunk_size,
             buf: Vec::new(),
             segments: VecDeque::new(),
@@ -89,7 +88,7 @@ impl OutQueue {
     /// Can another response be queued behind this one and leave in the same
     /// `sendmsg`? True while everything queued is in memory or mapped.
     pub fn gathers(&self) -> bool {
-        self.io == IoMethod::Mmap || self.segments.iter().all(|s| !matches!(s, Segment::File { .. }))
+        self.segments.iter().all(|s| !matches!(s, Segment::File { method: IoMethod::Sendfile | IoMethod::Read, .. }))
     }
 
     /// Marks everything appended to `buf` since the last call as queued.
@@ -105,13 +104,16 @@ impl OutQueue {
         self.committed = end;
     }
 
-    /// Queues a file region (after committing the bytes before it).
-    pub fn push_file(&mut self, file: &Arc<OpenFile>, offset: u64, len: u64) {
+    /// Queues a file region to be sent with `method` (after committing the
+    /// bytes before it); a file without a mapping goes by `sendfile`
+    /// instead of `mmap`.
+    pub fn push_file(&mut self, file: &Arc<OpenFile>, offset: u64, len: u64, method: IoMethod) {
         self.commit_buf();
         if len == 0 {
             return;
         }
-        let small_enough_to_copy = self.io == IoMethod::Read && len <= self.chunk_size as u64;
+        let method = if method == IoMethod::Mmap && file.mapping.is_none() { IoMethod::Sendfile } else { method };
+        let small_enough_to_copy = method == IoMethod::Read && len <= self.chunk_size as u64;
         if small_enough_to_copy {
             // The read method's common case: read the body right behind its
             // head, so both leave in one write.
@@ -124,7 +126,7 @@ impl OutQueue {
                 Err(_) => self.buf.truncate(at),
             }
         }
-        self.segments.push_back(Segment::File { file: file.clone(), offset, len });
+        self.segments.push_back(Segment::File { file: file.clone(), offset, len, method });
     }
 
     /// Queues in-memory bytes held by `bytes` (after committing the bytes
@@ -154,8 +156,8 @@ impl OutQueue {
                 self.committed = 0;
                 return Ok(Flushed::All);
             };
-            let (n, wanted) = match (front, self.io) {
-                (Segment::File { file, offset, len }, IoMethod::Sendfile) => {
+            let (n, wanted) = match front {
+                Segment::File { file, offset, len, method: IoMethod::Sendfile } => {
                     let want = (*len).min(1 << 30) as usize;
                     match sys::sendfile(sock, file.file.as_fd(), *offset, want) {
                         Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sent")),
@@ -164,7 +166,7 @@ impl OutQueue {
                         Err(e) => return Err(e),
                     }
                 }
-                (Segment::File { file, offset, len }, IoMethod::Read) => {
+                Segment::File { file, offset, len, method: IoMethod::Read } => {
                     if self.chunk_pos == self.chunk.len() {
                         let want = (*len).min(self.chunk_size as u64) as usize;
                         self.chunk.resize(want, 0);
@@ -194,7 +196,7 @@ impl OutQueue {
                         let bytes: &[u8] = match seg {
                             Segment::Buf { start, end } => &self.buf[*start..*end],
                             Segment::Shared { bytes, start, end } => &(**bytes).as_ref()[*start..*end],
-                            Segment::File { file, offset, len } => match (self.io, &file.mapping) {
+                            Segment::File { file, offset, len, method } => match (method, &file.mapping) {
                                 (IoMethod::Mmap, Some(map)) => &map[*offset as usize..(*offset + *len) as usize],
                                 _ => {
                                     // Hold the rest back until the file

@@ -178,6 +178,42 @@ impl std::str::FromStr for IoMethod {
     }
 }
 
+/// `static.io`: one method for every file, or `"auto"`: per file-size class
+/// the method measured fastest on this host (`static_io.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoChoice {
+    Auto,
+    Fixed(IoMethod),
+}
+
+impl IoChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            IoChoice::Auto => "auto",
+            IoChoice::Fixed(m) => m.name(),
+        }
+    }
+}
+
+impl std::str::FromStr for IoChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(IoChoice::Auto),
+            _ => s
+                .parse()
+                .map(IoChoice::Fixed)
+                .map_err(|_| format!("unknown I/O method `{s}` (expected auto, sendfile, mmap or read)")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IoChoice {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
 /// Which symlinks a path may traverse.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -194,8 +230,16 @@ pub enum Symlinks {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StaticFiles {
-    /// Default `"sendfile"`.
-    pub io: IoMethod,
+    /// `"auto"` (default), `"sendfile"`, `"mmap"` or `"read"`.
+    pub io: IoChoice,
+    /// Upper bounds (inclusive) of the file-size classes `"auto"` chooses a
+    /// method for; strictly ascending, at most 7. Default
+    /// `["16KiB", "256KiB"]` (three classes: ≤ 16 KiB, ≤ 256 KiB, larger).
+    pub io_classes: Vec<Bytes>,
+    /// A profile written by `tern tune --io`: its per-class methods are used
+    /// instead of measuring at start-up. Relative to the config file's
+    /// directory. Default: none.
+    pub io_profile: Option<PathBuf>,
     /// Buffer size of the `read` method. Default `"64KiB"`.
     pub read_chunk: Bytes,
     /// Entries in each worker's open-file table. Default 1024.
@@ -212,7 +256,9 @@ pub struct StaticFiles {
 impl Default for StaticFiles {
     fn default() -> Self {
         StaticFiles {
-            io: IoMethod::Sendfile,
+            io: IoChoice::Auto,
+            io_classes: vec![Bytes(16 * 1024), Bytes(256 * 1024)],
+            io_profile: None,
             read_chunk: Bytes(64 * 1024),
             open_file_cache: 1024,
             open_file_valid: Seconds(Duration::from_secs(1)),
@@ -661,9 +707,12 @@ impl Config {
             let at = line_of(text, section, key).map(|n| format!("line {n}: ")).unwrap_or_default();
             return Err(invalid(format!("{at}{section}.{key}: {message}")));
         }
-        if config.server.root.is_relative() {
-            if let Some(dir) = origin.parent() {
+        if let Some(dir) = origin.parent() {
+            if config.server.root.is_relative() {
                 config.server.root = dir.join(&config.server.root);
+            }
+            if let Some(profile) = config.static_files.io_profile.as_mut().filter(|p| p.is_relative()) {
+                *profile = dir.join(&*profile);
             }
         }
         Ok(config)
@@ -686,6 +735,14 @@ impl Config {
             (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
             (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),
             (self.static_files.open_file_cache == 0, "static", "open_file_cache", "must be at least 1"),
+            (
+                self.static_files.io_classes.len() > 7
+                    || self.static_files.io_classes.first().is_some_and(|b| b.0 == 0)
+                    || self.static_files.io_classes.windows(2).any(|w| w[0].0 >= w[1].0),
+                "static",
+                "io_classes",
+                "must be at most 7 sizes above 0, strictly ascending",
+            ),
             (
                 self.limits.max_headers == 0 || self.limits.max_headers > tern_http::request::MAX_HEADERS,
                 "limits",
@@ -752,7 +809,9 @@ mod tests {
     #[test]
     fn defaults_need_no_file() {
         let c = parse("").unwrap();
-        assert_eq!(c.static_files.io, IoMethod::Sendfile);
+        assert_eq!(c.static_files.io, IoChoice::Auto);
+        assert_eq!(c.static_files.io_classes, [Bytes(16384), Bytes(262144)]);
+        assert_eq!(c.static_files.io_profile, None);
         assert_eq!(c.limits.max_body_bytes, Bytes(1 << 20));
         assert_eq!(c.timeouts.keepalive, Seconds(Duration::from_secs(15)));
         assert_eq!(c.server.root, PathBuf::from("/etc/tern/."));
@@ -762,10 +821,26 @@ mod tests {
     fn values_with_units() {
         let c = parse("[static]\nio = \"mmap\"\nread_chunk = \"16KiB\"\n[timeouts]\nheader = \"500ms\"\nbody = 3\n")
             .unwrap();
-        assert_eq!(c.static_files.io, IoMethod::Mmap);
+        assert_eq!(c.static_files.io, IoChoice::Fixed(IoMethod::Mmap));
         assert_eq!(c.static_files.read_chunk, Bytes(16384));
         assert_eq!(c.timeouts.header, Seconds(Duration::from_millis(500)));
         assert_eq!(c.timeouts.body, Seconds(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn io_classes_and_profile() {
+        let c = parse("[static]\nio_classes = [\"4KiB\", 65536, \"1MiB\"]\nio_profile = \"io.toml\"\n").unwrap();
+        assert_eq!(c.static_files.io_classes, [Bytes(4096), Bytes(65536), Bytes(1 << 20)]);
+        assert_eq!(c.static_files.io_profile, Some(PathBuf::from("/etc/tern/io.toml")));
+        let c = parse("[static]\nio = \"auto\"\nio_classes = []\n").unwrap();
+        assert_eq!(c.static_files.io, IoChoice::Auto);
+        assert!(c.static_files.io_classes.is_empty());
+        for bad in ["[\"64KiB\", \"16KiB\"]", "[0]", "[\"1KiB\", \"1KiB\"]"] {
+            let e = parse(&format!("[static]\nio = \"auto\"\nio_classes = {bad}\n")).unwrap_err();
+            assert!(e.contains("line 3") && e.contains("static.io_classes") && e.contains("ascending"), "{bad}: {e}");
+        }
+        let e = parse("[static]\nio_classes = [\"lots\"]\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("io_classes"), "{e}");
     }
 
     #[test]

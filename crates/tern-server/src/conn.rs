@@ -146,7 +146,7 @@ impl Conn {
             peers: Peers { peer, local },
             rbuf: Vec::new(),
             rpos: 0,
-            out: OutQueue::new(st.io, st.read_chunk.usize()),
+            out: OutQueue::new(st.read_chunk.usize()),
             phase: Phase::Head,
             may_read: false,
             may_write: true,

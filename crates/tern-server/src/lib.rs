@@ -6,19 +6,21 @@
 //! `tern_http`) and enforces limits and timeouts → `site/mod.rs` routes →
 //! `site/static_files.rs` (via `open_files.rs` and `resolve.rs`) or
 //! `site/internal.rs` answers into a `reply.rs` (`compress/` picks and
-//! caches compressed variants) → `body.rs` sends it with the configured I/O
-//! method → `access_log.rs` and `metrics.rs` record it.
+//! caches compressed variants) → `body.rs` sends it with the I/O method
+//! `static_io.rs` chose → `access_log.rs` and `metrics.rs` record it.
 //!
 //! Imports run one way, top to bottom (ARCHITECTURE.md, "Layers"; checked
 //! by `tests/layers.rs`): `server.rs` (composition root) → `engine/` →
 //! `conn.rs`, `request_body.rs`, `shared.rs` → `site/` → `compress/` →
-//! `worker.rs` (what a worker lends), `reply.rs`, `body.rs` → files and
+//! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `static_io.rs`,
+//! `calibrate.rs` → files and
 //! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`,
 //! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `sys.rs`). Nothing imports
 //! this file.
 
 pub mod access_log;
 pub mod body;
+pub mod calibrate;
 pub mod compress;
 pub mod config;
 pub mod conn;
@@ -34,6 +36,7 @@ pub mod resolve;
 pub mod server;
 pub mod shared;
 pub mod site;
+pub mod static_io;
 pub mod sys;
 pub mod worker;
 

@@ -77,6 +77,9 @@ pub struct WorkerStats {
     /// Misses answered uncompressed at once because the server was busy,
     /// and queued for the background threads.
     pub compress_deferred: Counter,
+    /// Responses with a file body, by the I/O method that sends it
+    /// (`static_io::METHODS` order).
+    pub file_bodies: [Counter; 3],
 }
 
 impl WorkerStats {
@@ -138,6 +141,7 @@ pub struct Totals {
     pub compress_hits: u64,
     pub compress_misses: u64,
     pub compress_deferred: u64,
+    pub file_bodies: [u64; 3],
 }
 
 impl Totals {
@@ -166,6 +170,9 @@ impl Totals {
             t.compress_hits += w.compress_hits.get();
             t.compress_misses += w.compress_misses.get();
             t.compress_deferred += w.compress_deferred.get();
+            for (sum, c) in t.file_bodies.iter_mut().zip(&w.file_bodies) {
+                *sum += c.get();
+            }
         }
         t
     }

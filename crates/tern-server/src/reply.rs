@@ -9,6 +9,7 @@ use std::sync::Arc;
 use tern_http::response;
 
 use crate::body::OutQueue;
+use crate::config::IoMethod;
 use crate::open_files::OpenFile;
 
 /// How a response body is delimited.
@@ -148,10 +149,10 @@ impl<'q> Reply<'q> {
         }
     }
 
-    /// Queues a file region as body.
-    pub fn body_file(&mut self, file: &Arc<OpenFile>, offset: u64, len: u64) {
+    /// Queues a file region as body, sent with `method`.
+    pub fn body_file(&mut self, file: &Arc<OpenFile>, offset: u64, len: u64, method: IoMethod) {
         if !self.head_only {
-            self.out.push_file(file, offset, len);
+            self.out.push_file(file, offset, len, method);
         }
     }
 

@@ -16,7 +16,8 @@ use crate::error_log::log;
 use crate::metrics::ServerStats;
 use crate::shared::Shared;
 use crate::site::Site;
-use crate::{error_log, privileges, sys};
+use crate::static_io::StaticIo;
+use crate::{calibrate, error_log, privileges, sys};
 
 /// What a signal asks of a running server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +121,7 @@ impl Server {
         // Dropped on any error below, which also ends its threads.
         let compression = Compression::start(&config)?;
         let site = Site::new(&config, compression)?;
+        let io = Arc::new(StaticIo::new(&config.static_files).map_err(StartError::Config)?);
         if site.cgi.refuses_as_root() && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty()) {
             log!(
                 Level::Warn,
@@ -133,7 +135,9 @@ impl Server {
             max_head_bytes: config.limits.max_header_bytes.usize(),
             max_headers: config.limits.max_headers,
         };
-        let shared = Arc::new(Shared { config, http_limits, site, server: ServerStats::new(workers), access });
+        let read_chunk = config.static_files.read_chunk.usize();
+        let shared =
+            Arc::new(Shared { config, http_limits, site, server: ServerStats::new(workers), access, io: io.clone() });
         let (waker_tx, waker_rx) = std::sync::mpsc::channel();
         let mut threads = Vec::with_capacity(workers);
         for (index, listeners) in per_worker.into_iter().enumerate() {
@@ -153,7 +157,19 @@ impl Server {
                 Err(_) => return Err(StartError::Config("a worker failed to start".into())),
             }
         }
+        if io.needs_calibration() {
+            std::thread::Builder::new()
+                .name("tern-calibrate".into())
+                .spawn(move || calibrate_in_background(&io, read_chunk))?;
+        } else {
+            log!(Level::Info, "{}", io.describe());
+        }
         Ok(Server { signals, shared, workers: threads, wakers, addrs, handover })
+    }
+
+    /// Which I/O method sends which file, and why.
+    pub fn static_io(&self) -> &Arc<StaticIo> {
+        &self.shared.io
     }
 
     /// The listening sockets (duplicated), for a server that takes over.
@@ -220,4 +236,16 @@ fn drop_privileges(config: &Config) -> Result<(), StartError> {
     };
     privileges::may_read_dir(&s.root)
         .map_err(|e| StartError::Config(format!("server.root: {} cannot be read by {who}: {e}", s.root.display())))
+}
+
+/// How long the start-up calibration may measure.
+const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Measures the I/O methods while the server already serves (with the
+/// safe choices), then switches to the winners and logs them.
+fn calibrate_in_background(io: &StaticIo, read_chunk: usize) {
+    let start = std::time::Instant::now();
+    let outcome = calibrate::run(io.bounds(), CALIBRATION_BUDGET, read_chunk).map_err(|e| e.to_string());
+    io.calibrated(outcome, start.elapsed().as_millis());
+    log!(Level::Info, "{}", io.describe());
 }

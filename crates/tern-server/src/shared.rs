@@ -9,6 +9,7 @@ use crate::access_log::AccessTarget;
 use crate::config::Config;
 use crate::metrics::ServerStats;
 use crate::site::Site;
+use crate::static_io::StaticIo;
 use crate::worker::{Watcher, Worker};
 
 pub struct Shared {
@@ -17,12 +18,15 @@ pub struct Shared {
     pub site: Site,
     pub server: ServerStats,
     pub access: AccessTarget,
+    /// Which I/O method sends which file (a calibration thread may
+    /// update it after start).
+    pub io: std::sync::Arc<StaticIo>,
 }
 
 impl Shared {
     /// What worker `index` lends its connections; `watcher` is how its
     /// engine watches backend descriptors.
     pub fn worker(&self, index: usize, watcher: Box<dyn Watcher>) -> Worker<'_> {
-        Worker::new(&self.config, &self.server, &self.access, index, watcher)
+        Worker::new(&self.config, &self.server, &self.access, &self.io, index, watcher)
     }
 }

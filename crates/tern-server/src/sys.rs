@@ -43,6 +43,26 @@ pub fn sendfile(sock: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: u64, len: us
     Ok(rustix::fs::sendfile(sock, file, Some(&mut off), len)?)
 }
 
+/// Bytes written to a socket that its peer has not acknowledged yet
+/// (`SIOCOUTQ`).
+pub fn unacked(sock: BorrowedFd<'_>) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ writes one int through a valid pointer.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::TIOCOUTQ, &mut n) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(n).unwrap_or(0))
+}
+
+/// Waits (up to `timeout`) until `sock` is writable.
+pub fn wait_writable(sock: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<()> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let timeout = Timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
+    poll(&mut [PollFd::new(&sock, PollFlags::OUT)], Some(&timeout))?;
+    Ok(())
+}
+
 /// `pread(2)` into `buf`.
 pub fn pread(file: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     Ok(rustix::io::pread(file, buf, offset)?)

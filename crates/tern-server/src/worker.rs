@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::metrics::{ServerStats, WorkerStats};
 use crate::open_files::OpenFileTable;
 use crate::reaper::Reaper;
+use crate::static_io::StaticIo;
 
 /// How connection code asks its engine to watch a backend's descriptor (a
 /// CGI program's output) on behalf of connection `conn`. Closing the
@@ -53,6 +54,8 @@ pub struct Worker<'s> {
     pub config: &'s Config,
     pub server: &'s ServerStats,
     pub stats: &'s WorkerStats,
+    /// Which I/O method sends a file's body.
+    pub io: &'s StaticIo,
     /// Read once per event-loop turn.
     pub now: Instant,
     pub date: DateCache,
@@ -75,6 +78,7 @@ impl<'s> Worker<'s> {
         config: &'s Config,
         server: &'s ServerStats,
         access: &'s AccessTarget,
+        io: &'s StaticIo,
         index: usize,
         watcher: Box<dyn Watcher>,
     ) -> Worker<'s> {
@@ -82,6 +86,7 @@ impl<'s> Worker<'s> {
             config,
             server,
             stats: &server.workers[index],
+            io,
             now: Instant::now(),
             date: DateCache::new(SystemTime::now()),
             files: OpenFileTable::new(config.static_files.open_file_cache, config.static_files.open_file_valid.0),

@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("connection", &["conn", "request_body", "shared"]),
     ("site", &["site"]),
     ("compression", &["compress"]),
-    ("what a worker lends, output", &["worker", "reply", "body"]),
+    ("what a worker lends, output", &["worker", "reply", "body", "static_io", "calibrate"]),
     (
         "files and records",
         &["open_files", "resolve", "reaper", "access_log", "metrics", "error_log", "config", "privileges", "sys"],

@@ -19,6 +19,9 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Write the manual pages (roff) into a directory.
     Man(cmd::man::Args),
+    /// Measure this host and choose settings (so far: `--io`, the static
+    /// I/O method per file-size class), writing them with the evidence.
+    Tune(cmd::tune::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -27,6 +30,7 @@ fn main() -> std::process::ExitCode {
         Command::Serve(args) => cmd::serve::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::Man(args) => cmd::man::run(args, Cli::command()),
+        Command::Tune(args) => cmd::tune::run(args),
     };
     match result {
         Ok(code) => code,

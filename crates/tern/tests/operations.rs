@@ -148,7 +148,8 @@ fn status_and_metrics_report_what_happened() {
     let r = get(tern.addr, "/_tern/status", "");
     assert_eq!((r.status, r.header("content-type")), (200, Some("application/json")));
     let s: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-    assert_eq!(s["io"], "mmap");
+    assert_eq!((&s["io"]["mode"], &s["io"]["source"]), (&"mmap".into(), &"fixed".into()), "{}", s["io"]);
+    assert!(s["io"]["classes"].as_array().unwrap().iter().all(|c| c["method"] == "mmap"), "{}", s["io"]);
     assert_eq!(s["workers"], 2);
     assert_eq!(s["requests"]["2xx"], 5);
     assert_eq!(s["requests"]["4xx"], 1);
@@ -158,6 +159,8 @@ fn status_and_metrics_report_what_happened() {
     assert_eq!(r.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
     let text = String::from_utf8(r.body).unwrap();
     assert!(text.contains("# TYPE tern_requests_total counter\ntern_requests_total 7\n"), "{text}");
+    assert!(text.contains("tern_file_bodies_total{method=\"mmap\"} 5\n"), "{text}");
+    assert!(text.contains("tern_file_bodies_total{method=\"sendfile\"} 0\n"), "{text}");
     assert!(text.contains("tern_responses_total{class=\"2xx\"} 6\n"), "{text}");
     assert!(text.contains("tern_responses_total{class=\"4xx\"} 1\n"), "{text}");
     // This connection at least; others may still be closing on the other worker.

@@ -10,6 +10,7 @@ use tern_http::{Method, Request};
 use crate::compress::Compression;
 use crate::metrics::Totals;
 use crate::reply::Reply;
+use crate::static_io::METHODS;
 use crate::worker::Worker;
 
 const TIMEOUT_NAMES: [&str; 4] = ["idle", "header", "body", "send"];
@@ -45,7 +46,7 @@ pub fn serve(
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_seconds": uptime,
             "model": "event",
-            "io": config.static_files.io.name(),
+            "io": w.io.json(),
             "workers": server.workers.len(),
             "shutting_down": server.shutting_down.load(Relaxed),
             "connections": {
@@ -219,5 +220,8 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
     metric("cgi_rejected_total", "counter", "CGI requests refused at the process cap.", &[("", t.cgi_rejected)]);
     metric("cgi_failed_total", "counter", "CGI requests answered 502.", &[("", t.cgi_failed)]);
     metric("cgi_timeouts_total", "counter", "CGI programs killed at the time limit.", &[("", t.cgi_timeouts)]);
+    let methods: Vec<String> = METHODS.iter().map(|m| format!("{{method=\"{}\"}}", m.name())).collect();
+    let bodies: Vec<(&str, u64)> = methods.iter().map(String::as_str).zip(t.file_bodies).collect();
+    metric("file_bodies_total", "counter", "Responses with a file body, by the I/O method sending it.", &bodies);
     s
 }

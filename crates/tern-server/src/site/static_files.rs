@@ -1,7 +1,7 @@
 //! Static files: open-file table lookup, the coding (`compress/` decides),
 //! conditional requests, ranges and `multipart/byteranges`, with the body
-//! handed to the output queue as a file region (sent by the configured I/O
-//! method in `body.rs`) or, for a compressed variant, as shared memory.
+//! handed to the output queue as a file region (sent by the I/O method
+//! `static_io.rs` chooses for its size, in `body.rs`) or, for a compressed variant, as shared memory.
 
 use std::fs::File;
 use std::io::Write;
@@ -15,11 +15,12 @@ use tern_http::{response, Method, Request};
 
 use crate::compress::cache::Entry;
 use crate::compress::{Choice, Compression, VARY};
-use crate::config::{Config, IoMethod, Level};
+use crate::config::{Config, IoChoice, IoMethod, Level};
 use crate::error_log::log;
 use crate::open_files::{Identity, OpenFile};
 use crate::reply::Reply;
 use crate::resolve::{Found, ResolveError, Root};
+use crate::static_io;
 use crate::worker::Worker;
 
 const ALLOW: &[u8] = b"GET, HEAD, OPTIONS";
@@ -34,7 +35,8 @@ pub struct Files<'a> {
 
 /// What static serving needs from the configuration, prepared once.
 pub struct Settings {
-    io: IoMethod,
+    /// Whether opened files are mapped (some size class may use `mmap`).
+    maps: bool,
     charset: String,
     mime_types: Vec<(String, String)>,
     max_ranges: usize,
@@ -47,7 +49,7 @@ impl Settings {
         let st = &config.static_files;
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         Settings {
-            io: st.io,
+            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)),
             charset: st.charset.clone(),
             mime_types: st
                 .mime_types
@@ -87,7 +89,7 @@ impl Settings {
         compression: &Compression,
     ) -> std::io::Result<OpenFile> {
         let identity = Identity::of(stat);
-        let mapping = if self.io == IoMethod::Mmap && identity.size > 0 {
+        let mapping = if self.maps && identity.size > 0 {
             // SAFETY: the mapping is only ever read by the kernel (through
             // write/sendmsg), never dereferenced in user space; a file
             // truncated underneath makes that write fail with EFAULT.
@@ -293,6 +295,7 @@ fn send_file(site: Files<'_>, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut 
         Outcome::PreconditionFailed => return reply.error(412),
     }
     let settings = &site.static_files;
+    let method = w.io.method_for(file);
     let decision = match req.fields.range {
         Some(value) if conditional::range_applies(req, &validators) => {
             range::evaluate(value, file.size, settings.max_ranges)
@@ -304,7 +307,8 @@ fn send_file(site: Files<'_>, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut 
             reply.head(200);
             reply.raw(&file.headers);
             reply.end_head(file.size);
-            reply.body_file(file, 0, file.size);
+            count_body(reply, w, method);
+            reply.body_file(file, 0, file.size, method);
         }
         RangeDecision::Unsatisfiable => {
             reply.head(416);
@@ -324,9 +328,20 @@ fn send_file(site: Files<'_>, req: &Request<'_>, reply: &mut Reply<'_>, w: &mut 
             reply.raw(&file.headers);
             response::content_range(reply.buf(), r.start, r.end, file.size);
             reply.end_head(r.len());
-            reply.body_file(file, r.start, r.len());
+            count_body(reply, w, method);
+            reply.body_file(file, r.start, r.len(), method);
         }
-        RangeDecision::Partial(ranges) => multipart(settings, reply, w, file, &ranges),
+        RangeDecision::Partial(ranges) => {
+            count_body(reply, w, method);
+            multipart(settings, reply, w, file, &ranges, method);
+        }
+    }
+}
+
+/// Counts a file body by the method that sends it.
+fn count_body(reply: &Reply<'_>, w: &Worker<'_>, method: IoMethod) {
+    if reply.sends_body() {
+        w.stats.file_bodies[static_io::index(method)].incr();
     }
 }
 
@@ -337,6 +352,7 @@ fn multipart(
     w: &mut Worker<'_>,
     file: &Arc<OpenFile>,
     ranges: &[ByteRange],
+    method: IoMethod,
 ) {
     // Part heads are formatted first, so the total length is known.
     let heads = &mut w.scratch;
@@ -363,7 +379,7 @@ fn multipart(
     let mut start = 0;
     for (r, end) in ranges.iter().zip(ends) {
         reply.body(&w.scratch[start..end]);
-        reply.body_file(file, r.start, r.len());
+        reply.body_file(file, r.start, r.len(), method);
         start = end;
     }
     reply.body(closing.as_bytes());

@@ -1,3 +1,4 @@
 pub mod bench;
 pub mod man;
 pub mod serve;
+pub mod tune;

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use tern_server::config::{IoMethod, Listen};
+use tern_server::config::{IoChoice, Listen};
 use tern_server::server::Signal;
 use tern_server::{Config, Server};
 
@@ -44,8 +44,9 @@ pub struct Args {
     /// port.
     #[arg(short, long, value_name = "ADDR")]
     pub listen: Vec<Listen>,
-    /// How static files are sent (overrides `static.io`).
-    #[arg(long, value_name = "METHOD", value_parser = ["sendfile", "mmap", "read"])]
+    /// How static files are sent: one method for all, or `auto` (per size
+    /// class, measured on this host; overrides `static.io`).
+    #[arg(long, value_name = "METHOD", value_parser = ["auto", "sendfile", "mmap", "read"])]
     pub io: Option<String>,
     /// Worker threads; 0 = one per usable CPU (overrides `server.workers`).
     #[arg(short, long, value_name = "N")]
@@ -71,7 +72,7 @@ fn configuration(args: &Args) -> anyhow::Result<Config> {
         config.server.listen = args.listen.clone();
     }
     if let Some(io) = &args.io {
-        config.static_files.io = io.parse::<IoMethod>().map_err(anyhow::Error::msg)?;
+        config.static_files.io = io.parse::<IoChoice>().map_err(anyhow::Error::msg)?;
     }
     if let Some(workers) = args.workers {
         config.server.workers = workers;
@@ -101,8 +102,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             server.workers()
         );
     }
+    report_static_io(&server);
     while server.wait_for_signal() == Signal::Reload {
         server = reload(&args, server);
+        report_static_io(&server);
     }
     server.stop();
     Ok(ExitCode::SUCCESS)
@@ -137,4 +140,17 @@ fn reload(args: &Args, running: Server) -> Server {
             running
         }
     }
+}
+
+/// Prints which I/O method sends which file size, once it is decided (a
+/// start-up calibration takes a fraction of a second, in the background).
+fn report_static_io(server: &Server) {
+    let io = server.static_io().clone();
+    let _ = std::thread::Builder::new().name("tern-io-report".into()).spawn(move || {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while io.needs_calibration() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        eprintln!("tern: {}", io.describe());
+    });
 }

@@ -1,0 +1,159 @@
+//! Measures which I/O method sends each file-size class fastest on this
+//! host: a file of the class's largest size (the last, open-ended class:
+//! four times its lower bound, at least 1 MiB) is sent again and again
+//! through the real output queue (`body.rs`) to a reader thread over a
+//! loopback connection, each method in turn, in rotating order for a few
+//! rounds; a method's rate is the median of its rounds, and the fastest
+//! wins. A sample ends only when the peer has acknowledged every byte, so
+//! data parked in a large send buffer is not counted as sent; the reader
+//! runs on the same host, as a benchmark client would, so work the kernel
+//! moves to the receiving side counts too.
+
+use std::io::{self, Read};
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use memmap2::Mmap;
+
+use crate::body::{Flushed, OutQueue};
+use crate::config::IoMethod;
+use crate::open_files::{Identity, OpenFile};
+use crate::static_io::{index, safe_choices, ClassChoice, METHODS};
+use crate::sys;
+
+/// Rounds per class and method (the median is kept).
+const ROUNDS: usize = 3;
+
+/// A typical static response head, sent before each body.
+const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: tern\r\nDate: Tue, 24 Nov 2026 20:00:00 GMT\r\n\
+Content-Type: application/octet-stream\r\nLast-Modified: Tue, 24 Nov 2026 19:00:00 GMT\r\n\
+ETag: \"6744f1e0.0-100000\"\r\nAccept-Ranges: bytes\r\nContent-Length: 1048576\r\n\r\n";
+
+/// Measures every class above `static_io::SMALL` within about `budget`;
+/// the others keep their rule. Returns the choice per class.
+pub fn run(bounds: &[u64], budget: Duration, read_chunk: usize) -> io::Result<Vec<ClassChoice>> {
+    let mut choices = safe_choices(bounds);
+    let measured: Vec<usize> = (0..choices.len()).filter(|&i| choices[i].basis != "rule").collect();
+    if measured.is_empty() {
+        return Ok(choices);
+    }
+    let files = measured.iter().map(|&i| sample_file(representative(bounds, i))).collect::<io::Result<Vec<_>>>()?;
+    let mut rig = Rig::new(read_chunk)?;
+    // One warm-up slice per class, then ROUNDS slices per class and method.
+    let slice = budget / (measured.len() * (1 + ROUNDS * METHODS.len())) as u32;
+    let mut rates = vec![[[0.0; ROUNDS]; 3]; measured.len()];
+    for file in &files {
+        rig.sample(file, IoMethod::Sendfile, slice)?;
+    }
+    for round in 0..ROUNDS {
+        for (k, file) in files.iter().enumerate() {
+            for j in 0..METHODS.len() {
+                let m = METHODS[(j + round + k) % METHODS.len()];
+                rates[k][index(m)][round] = rig.sample(file, m, slice)?;
+            }
+        }
+    }
+    rig.finish();
+    for (k, &class) in measured.iter().enumerate() {
+        let medians = rates[k].map(|mut r| {
+            r.sort_by(f64::total_cmp);
+            r[ROUNDS / 2]
+        });
+        let best = (0..METHODS.len()).max_by(|&a, &b| medians[a].total_cmp(&medians[b])).unwrap_or(0);
+        choices[class] = ClassChoice { method: METHODS[best], basis: "measured", rates: Some(medians) };
+    }
+    Ok(choices)
+}
+
+/// The file size a class is measured with.
+fn representative(bounds: &[u64], class: usize) -> u64 {
+    match bounds.get(class) {
+        Some(&b) => b,
+        None => bounds.last().map_or(1 << 20, |&lo| (lo * 4).max(1 << 20)),
+    }
+}
+
+/// An unlinked temporary file of `size` bytes, opened and mapped as the
+/// open-file table would.
+fn sample_file(size: u64) -> io::Result<Arc<OpenFile>> {
+    let mut file = tempfile::tempfile()?;
+    let pattern: Vec<u8> = (0..=255u8).cycle().take(64 * 1024).collect();
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(pattern.len() as u64) as usize;
+        io::Write::write_all(&mut file, &pattern[..n])?;
+        left -= n as u64;
+    }
+    let stat = rustix::fs::fstat(&file)?;
+    // SAFETY: only the kernel reads the mapping (see `OpenFile::mapping`).
+    let mapping = Some(unsafe { Mmap::map(&file)? });
+    Ok(Arc::new(OpenFile {
+        file,
+        size,
+        identity: Identity::of(&stat),
+        mapping,
+        etag: Box::default(),
+        last_modified: 0,
+        last_modified_http: Box::default(),
+        content_type: Box::default(),
+        headers: Box::default(),
+        rel_path: Box::default(),
+        negotiable: false,
+    }))
+}
+
+/// A loopback connection: the server's side writes, a thread reads.
+struct Rig {
+    sock: TcpStream,
+    out: OutQueue,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Rig {
+    fn new(read_chunk: usize) -> io::Result<Rig> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let mut client = TcpStream::connect(listener.local_addr()?)?;
+        let (sock, _) = listener.accept()?;
+        sock.set_nonblocking(true)?;
+        sock.set_nodelay(true)?;
+        let reader = std::thread::Builder::new().name("tern-calibrate".into()).spawn(move || {
+            let mut buf = vec![0; 64 * 1024];
+            while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
+        })?;
+        Ok(Rig { sock, out: OutQueue::new(read_chunk), reader: Some(reader) })
+    }
+
+    /// Responses per second sending `file` with `method` for about `slice`.
+    fn sample(&mut self, file: &Arc<OpenFile>, method: IoMethod, slice: Duration) -> io::Result<f64> {
+        let start = Instant::now();
+        let mut responses = 0u64;
+        loop {
+            self.out.buf.extend_from_slice(HEAD);
+            self.out.push_file(file, 0, file.size, method);
+            while self.out.flush(self.sock.as_fd())? == Flushed::Blocked {
+                sys::wait_writable(self.sock.as_fd(), Duration::from_secs(1))?;
+            }
+            responses += 1;
+            if start.elapsed() >= slice {
+                break;
+            }
+        }
+        // Until the reader has it all: bytes parked in the send buffer
+        // are not sent yet.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while sys::unacked(self.sock.as_fd())? > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(responses as f64 / start.elapsed().as_secs_f64())
+    }
+
+    fn finish(mut self) {
+        sys::shutdown_write(self.sock.as_fd());
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! `tern tune`: measures this host and writes what it chose, with the
+//! evidence. So far one battery: `--io`, the static I/O method per
+//! file-size class, written as the profile `static.io_profile` reads.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use tern_server::config::Seconds;
+use tern_server::{calibrate, static_io, Config};
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+EXAMPLES:
+    tern tune --io -o /etc/tern/io-profile.toml
+    tern tune --io --config /etc/tern/tern.toml --duration 10s
+
+Then set `static.io_profile = \"/etc/tern/io-profile.toml\"` (with `static.io`
+left at \"auto\"): the server uses the profile's methods instead of measuring
+at every start. The classes are those of `static.io_classes` in --config.")]
+pub struct Args {
+    /// Measure the static I/O methods (sendfile, mmap, read) per file-size
+    /// class and write a profile.
+    #[arg(long, required = true)]
+    pub io: bool,
+    /// Configuration whose `static.io_classes` and `static.read_chunk` are
+    /// measured (default: the defaults).
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where to write the profile (default: standard output).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// How long to measure, e.g. "3s", "500ms".
+    #[arg(long, value_name = "TIME", default_value = "3s")]
+    pub duration: String,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let budget = Seconds::parse(&args.duration)
+        .map(|s| s.0)
+        .filter(|d| *d >= Duration::from_millis(50))
+        .with_context(|| format!("--duration `{}`: expected a time of at least 50ms, e.g. \"3s\"", args.duration))?;
+    let st = &config.static_files;
+    let bounds: Vec<u64> = st.io_classes.iter().map(|b| b.0).collect();
+    let choices = calibrate::run(&bounds, budget, st.read_chunk.usize()).context("calibration failed")?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let header = format!(
+        "tern static I/O profile: written by `tern tune --io` (tern {}) on {} (Linux {}, {} usable CPUs)\n\
+         at Unix time {}, measuring {} ms over loopback. Use it with static.io_profile = \"PATH\".",
+        env!("CARGO_PKG_VERSION"),
+        host.trim(),
+        kernel.trim(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        now,
+        budget.as_millis()
+    );
+    let text = static_io::profile_text(&bounds, &choices, &header);
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+            for (i, c) in choices.iter().enumerate() {
+                eprintln!("tern: {} {} ({})", static_io::class_name(&bounds, i), c.method.name(), c.basis);
+            }
+            eprintln!("tern: profile written to {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
