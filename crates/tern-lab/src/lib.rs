@@ -6,3 +6,4 @@
 //! built to be trusted before it is built to be fast.
 
 pub mod load;
+pub mod probe;

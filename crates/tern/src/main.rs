@@ -22,6 +22,9 @@ enum Command {
     /// Measure this host and choose settings (so far: `--io`, the static
     /// I/O method per file-size class), writing them with the evidence.
     Tune(cmd::tune::Args),
+    /// Measure what the operating system costs: syscalls, processes, disk,
+    /// IPC, network, RPC, file I/O methods.
+    Probe(cmd::probe::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -31,6 +34,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Man(args) => cmd::man::run(args, Cli::command()),
         Command::Tune(args) => cmd::tune::run(args),
+        Command::Probe(args) => cmd::probe::run(args),
     };
     match result {
         Ok(code) => code,

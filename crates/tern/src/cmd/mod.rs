@@ -1,4 +1,5 @@
 pub mod bench;
 pub mod man;
+pub mod probe;
 pub mod serve;
 pub mod tune;
