@@ -69,7 +69,7 @@ impl Default for Options {
             quick: false,
             pin: Pin::Current,
             path: std::env::temp_dir(),
-            commands: vec!["true".into()],
+            commands: vec!["/bin/true".into()],
             progress: false,
         }
     }

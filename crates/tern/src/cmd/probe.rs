@@ -58,7 +58,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub path: Option<PathBuf>,
     /// A command for the commands suite, run by /bin/sh -c (repeatable;
-    /// default: true).
+    /// default: /bin/true).
     #[arg(short = 'x', long = "command", value_name = "CMD")]
     pub commands: Vec<String>,
     /// Print the results as JSON, with the environment.

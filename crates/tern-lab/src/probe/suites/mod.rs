@@ -2,9 +2,16 @@
 //! and returns its figures, plus notes (facts a figure depends on, such as
 //! the filesystem type).
 
+mod commands;
+mod disk;
+mod files;
+pub mod ipc;
+pub mod net;
+pub mod processes;
 mod syscalls;
 
 use std::io;
+use std::path::{Path, PathBuf};
 
 use super::{Ctx, Figure};
 
@@ -12,6 +19,12 @@ use super::{Ctx, Figure};
 #[serde(rename_all = "lowercase")]
 pub enum Suite {
     Syscalls,
+    Processes,
+    Commands,
+    Disk,
+    Ipc,
+    Net,
+    Files,
 }
 
 /// What a suite measured.
@@ -28,11 +41,18 @@ impl From<Vec<Figure>> for Outcome {
 }
 
 impl Suite {
-    pub const ALL: &'static [Suite] = &[Suite::Syscalls];
+    pub const ALL: &'static [Suite] =
+        &[Suite::Syscalls, Suite::Processes, Suite::Commands, Suite::Disk, Suite::Ipc, Suite::Net, Suite::Files];
 
     pub fn name(self) -> &'static str {
         match self {
             Suite::Syscalls => "syscalls",
+            Suite::Processes => "processes",
+            Suite::Commands => "commands",
+            Suite::Disk => "disk",
+            Suite::Ipc => "ipc",
+            Suite::Net => "net",
+            Suite::Files => "files",
         }
     }
 
@@ -47,6 +67,33 @@ impl Suite {
     pub fn run(self, ctx: &Ctx) -> io::Result<Outcome> {
         match self {
             Suite::Syscalls => syscalls::run(ctx).map(Outcome::from),
+            Suite::Processes => processes::run(ctx).map(Outcome::from),
+            Suite::Commands => commands::run(ctx),
+            Suite::Disk => disk::run(ctx),
+            Suite::Ipc => ipc::run(ctx).map(Outcome::from),
+            Suite::Net => net::run(ctx).map(Outcome::from),
+            Suite::Files => files::run(ctx).map(Outcome::from),
         }
+    }
+}
+
+/// A scratch directory under `base` (the `--path` of the run), removed on drop.
+pub(crate) struct ScratchDir(PathBuf);
+
+pub(crate) fn tempdir(base: &Path) -> io::Result<ScratchDir> {
+    let path = base.join(format!("tern-probe-{}-{}", std::process::id(), super::stopwatch::now_ns()));
+    std::fs::create_dir_all(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    Ok(ScratchDir(path))
+}
+
+impl ScratchDir {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }

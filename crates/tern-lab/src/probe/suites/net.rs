@@ -1,0 +1,164 @@
+//! Network: TCP and UDP round trip by message size, TCP connect cost and TCP
+//! bandwidth, against the [`Peer`] servers of this process on loopback or of
+//! an agent on another host.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::super::{Ctx, Figure};
+use super::ipc::size_label;
+use crate::probe::stopwatch::Interval;
+
+const SIZES: &[usize] = &[1024, 4096, 16384, 32768];
+const QUICK_SIZES: &[usize] = &[1024, 32768];
+/// Bytes per operation of the bandwidth figure.
+const STREAM_CHUNK: usize = 128 * 1024;
+/// No peer answer within this long is an error, not a hang.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the measuring side finds the peer's three services.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PeerAddrs {
+    /// Echoes every byte back (TCP); also accepts and closes for connects.
+    pub tcp_echo: SocketAddr,
+    /// Echoes every datagram back.
+    pub udp_echo: SocketAddr,
+    /// Sends bytes forever, for bandwidth.
+    pub tcp_source: SocketAddr,
+}
+
+/// The peer: echo and source servers on threads, stopped when dropped.
+pub struct Peer {
+    pub addrs: PeerAddrs,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Peer {
+    pub fn start(ip: IpAddr) -> io::Result<Peer> {
+        let echo = TcpListener::bind((ip, 0))?;
+        let source = TcpListener::bind((ip, 0))?;
+        let udp = UdpSocket::bind((ip, 0))?;
+        udp.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let addrs =
+            PeerAddrs { tcp_echo: echo.local_addr()?, udp_echo: udp.local_addr()?, tcp_source: source.local_addr()? };
+        let stop = Arc::new(AtomicBool::new(false));
+        let serve = |listener: TcpListener, handle: fn(TcpStream)| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                for conn in listener.incoming() {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if let Ok(conn) = conn {
+                        let _ = conn.set_nodelay(true);
+                        std::thread::spawn(move || handle(conn));
+                    }
+                }
+            })
+        };
+        let mut threads = vec![serve(echo, echo_stream), serve(source, source_stream)];
+        let udp_stop = stop.clone();
+        threads.push(std::thread::spawn(move || {
+            let mut buf = vec![0u8; 65536];
+            while !udp_stop.load(Ordering::Relaxed) {
+                if let Ok((len, from)) = udp.recv_from(&mut buf) {
+                    let _ = udp.send_to(&buf[..len], from);
+                }
+            }
+        }));
+        Ok(Peer { addrs, stop, threads })
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loops; the UDP loop wakes on its read timeout.
+        let _ = TcpStream::connect_timeout(&self.addrs.tcp_echo, Duration::from_secs(1));
+        let _ = TcpStream::connect_timeout(&self.addrs.tcp_source, Duration::from_secs(1));
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Echoes until the client closes.
+fn echo_stream(mut conn: TcpStream) {
+    let mut buf = vec![0u8; 65536];
+    while let Ok(n @ 1..) = conn.read(&mut buf) {
+        if conn.write_all(&buf[..n]).is_err() {
+            return;
+        }
+    }
+}
+
+/// Sends until the client closes.
+fn source_stream(mut conn: TcpStream) {
+    let buf = vec![7u8; STREAM_CHUNK];
+    while conn.write_all(&buf).is_ok() {}
+}
+
+fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, PEER_TIMEOUT)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(PEER_TIMEOUT))?;
+    s.set_write_timeout(Some(PEER_TIMEOUT))?;
+    Ok(s)
+}
+
+/// Measures against a peer at `addrs`.
+pub fn run_against(ctx: &Ctx, addrs: &PeerAddrs) -> io::Result<Vec<Figure>> {
+    let mut figures = Vec::new();
+    let sizes = if ctx.opts.quick { QUICK_SIZES } else { SIZES };
+    let mut tcp = connect(addrs.tcp_echo)?;
+    for &size in sizes {
+        let mut buf = vec![1u8; size];
+        figures.push(ctx.measure(&format!("TCP round trip, {}", size_label(size)), None, |n| {
+            Interval::looped(n, || {
+                tcp.write_all(&buf)?;
+                tcp.read_exact(&mut buf)
+            })
+        })?);
+    }
+    drop(tcp);
+    let udp = UdpSocket::bind((if addrs.udp_echo.is_ipv4() { "0.0.0.0" } else { "::" }, 0))?;
+    udp.connect(addrs.udp_echo)?;
+    udp.set_read_timeout(Some(PEER_TIMEOUT))?;
+    for &size in sizes {
+        let mut buf = vec![1u8; size];
+        figures.push(ctx.measure(&format!("UDP round trip, {}", size_label(size)), None, |n| {
+            Interval::looped(n, || {
+                udp.send(&buf)?;
+                match udp.recv(&mut buf)? {
+                    len if len == size => Ok(()),
+                    len => Err(io::Error::other(format!("UDP echo of {size} bytes returned {len}"))),
+                }
+            })
+        })?);
+    }
+    figures.push(ctx.measure("TCP connect+close", None, |n| {
+        Interval::looped(n, || {
+            let s = TcpStream::connect_timeout(&addrs.tcp_echo, PEER_TIMEOUT)?;
+            s.shutdown(Shutdown::Both)
+                .or_else(|e| if e.kind() == io::ErrorKind::NotConnected { Ok(()) } else { Err(e) })
+        })
+    })?);
+    let mut source = connect(addrs.tcp_source)?;
+    let mut buf = vec![0u8; STREAM_CHUNK];
+    figures.push(ctx.measure("TCP bandwidth, 128 KiB reads", Some(STREAM_CHUNK as u64), |n| {
+        Interval::looped(n, || source.read_exact(&mut buf))
+    })?);
+    Ok(figures)
+}
+
+pub fn run(ctx: &Ctx) -> io::Result<Vec<Figure>> {
+    let peer = Peer::start(IpAddr::from([127, 0, 0, 1]))?;
+    run_against(ctx, &peer.addrs)
+}
