@@ -27,6 +27,17 @@ pub struct Config {
     pub status: Status,
     pub cgi: Cgi,
     pub compression: Compression,
+    /// The file and text this was parsed from, so errors found later (at
+    /// start) still name the line.
+    #[serde(skip)]
+    pub origin: Origin,
+}
+
+/// Where a configuration came from.
+#[derive(Clone, Debug, Default)]
+pub struct Origin {
+    pub path: Option<PathBuf>,
+    text: String,
 }
 
 /// `[server]`: where and how to listen.
@@ -40,7 +51,7 @@ pub struct Server {
     /// Default: the current directory.
     pub root: PathBuf,
     /// Worker threads (one reactor each); 0 = the CPUs this process may use
-    /// (affinity mask and cgroup quota). Default 0.
+    /// (affinity mask and cgroup quota), at most [`MAX_WORKERS`]. Default 0.
     pub workers: usize,
     /// Concurrency model. Default `"event"`.
     pub model: Model,
@@ -86,6 +97,11 @@ impl Default for Server {
         }
     }
 }
+
+/// The most workers a configuration may ask for: far past any useful
+/// count (one reactor per CPU), low enough that a typo such as 100000 is
+/// refused rather than starting that many threads.
+pub const MAX_WORKERS: usize = 1024;
 
 /// One `server.listen` entry: the addresses it names, all on one port (with
 /// port 0 the first address picks it and the others follow).
@@ -696,6 +712,9 @@ pub enum ConfigError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    /// A broken rule, already placed by [`Config::at`].
+    #[error("{0}")]
+    Rule(String),
 }
 
 impl Config {
@@ -703,9 +722,9 @@ impl Config {
     pub fn parse(text: &str, origin: &Path) -> Result<Config, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid { path: origin.to_path_buf(), message };
         let mut config: Config = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        config.origin = Origin { path: Some(origin.to_path_buf()), text: text.to_string() };
         if let Some((section, key, message)) = config.broken_rule() {
-            let at = line_of(text, section, key).map(|n| format!("line {n}: ")).unwrap_or_default();
-            return Err(invalid(format!("{at}{section}.{key}: {message}")));
+            return Err(ConfigError::Rule(format!("{}: {message}", config.at(section, key))));
         }
         if let Some(dir) = origin.parent() {
             if config.server.root.is_relative() {
@@ -725,6 +744,16 @@ impl Config {
         Config::parse(&text, path)
     }
 
+    /// Names `section.key` for an error: `FILE: line N: section.key`, as
+    /// far as the file and line are known.
+    pub fn at(&self, section: &str, key: &str) -> String {
+        let Some(path) = &self.origin.path else { return format!("{section}.{key}") };
+        match line_of(&self.origin.text, section, key) {
+            Some(n) => format!("{}: line {n}: {section}.{key}", path.display()),
+            None => format!("{}: {section}.{key}", path.display()),
+        }
+    }
+
     /// Checks the rules a value's type alone cannot express (also after
     /// command-line overrides): `(section, key, message)` of the first
     /// broken one.
@@ -732,6 +761,7 @@ impl Config {
         let c = &self.compression;
         let rules = [
             (self.server.listen.is_empty(), "server", "listen", "at least one address is needed"),
+            (self.server.workers > MAX_WORKERS, "server", "workers", "must be at most 1024 (0 = one per usable CPU)"),
             (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
             (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),
             (self.static_files.open_file_cache == 0, "static", "open_file_cache", "must be at least 1"),
@@ -758,6 +788,14 @@ impl Config {
             ),
             (self.limits.max_ranges == 0, "limits", "max_ranges", "must be at least 1"),
             (self.server.user.is_empty() && !self.server.group.is_empty(), "server", "group", "needs server.user"),
+            (self.timeouts.header.0.is_zero(), "timeouts", "header", "must be more than 0"),
+            (!self.status.path.starts_with('/'), "status", "path", "must be a URL path starting with /"),
+            (
+                !self.status.metrics_path.starts_with('/'),
+                "status",
+                "metrics_path",
+                "must be a URL path starting with /",
+            ),
             (self.cgi.max_processes == 0, "cgi", "max_processes", "must be at least 1"),
             (self.cgi.pipe_buffer.0 == 0, "cgi", "pipe_buffer", "must be at least 1 byte"),
             (

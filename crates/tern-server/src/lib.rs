@@ -15,7 +15,8 @@
 //! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `static_io.rs`,
 //! `calibrate.rs` → files and
 //! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`,
-//! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `sys.rs`). Nothing imports
+//! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `listeners.rs`,
+//! `sys.rs`). Nothing imports
 //! this file.
 
 pub mod access_log;
@@ -26,6 +27,7 @@ pub mod config;
 pub mod conn;
 pub mod engine;
 pub mod error_log;
+pub mod listeners;
 pub mod metrics;
 pub mod open_files;
 pub mod privileges;

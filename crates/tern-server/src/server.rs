@@ -17,7 +17,7 @@ use crate::metrics::ServerStats;
 use crate::shared::Shared;
 use crate::site::Site;
 use crate::static_io::StaticIo;
-use crate::{calibrate, error_log, privileges, sys};
+use crate::{calibrate, error_log, listeners, privileges, sys};
 
 /// What a signal asks of a running server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,39 +47,41 @@ pub struct Server {
 pub enum StartError {
     #[error("{0}")]
     Config(String),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
-    #[error("{0}")]
+    #[error("cannot listen on {addr}: {error}")]
+    Listen { addr: SocketAddr, error: std::io::Error },
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
-impl Server {
-    /// Binds, spawns the workers and returns; [`Server::run_until_signal`]
-    /// or [`Server::stop`] ends it.
-    pub fn start(config: Config) -> Result<Server, StartError> {
-        Server::start_inheriting(config, Vec::new())
-    }
+/// What a start opens and checks while it may still be root, before any
+/// thread of the server runs: the rules, the logs, every address bound
+/// (not yet listening) and found free. [`Server::check`] builds it (and
+/// the site) and drops it, so a check runs the code a start runs.
+struct Prepared {
+    config: Config,
+    access: AccessTarget,
+    /// Per worker, one socket per address.
+    per_worker: Vec<Vec<socket2::Socket>>,
+    addrs: Vec<SocketAddr>,
+}
 
-    /// Starts a server that takes over `inherited` listening sockets (from
-    /// [`Server::listeners`] of the server it replaces) for the addresses it
-    /// shares with them; sockets for other addresses are closed.
-    pub fn start_inheriting(config: Config, inherited: Vec<std::net::TcpListener>) -> Result<Server, StartError> {
+impl Prepared {
+    fn new(config: Config, inherited: Vec<std::net::TcpListener>) -> Result<Prepared, StartError> {
         if let Some((section, key, message)) = config.broken_rule() {
-            return Err(StartError::Config(format!("{section}.{key}: {message}")));
+            return Err(StartError::Config(format!("{}: {message}", config.at(section, key))));
         }
-        sys::block_signals(&[libc::SIGCHLD]);
-        let signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+        let at = |key| config.at("log", key);
         error_log::init(&config.log.error, config.log.level)
-            .map_err(|e| StartError::Config(format!("log.error: cannot open {}: {e}", config.log.error)))?;
+            .map_err(|e| StartError::Config(format!("{}: cannot open {}: {e}", at("error"), config.log.error)))?;
         let access = AccessTarget::open(&config.log.access)
-            .map_err(|e| StartError::Config(format!("log.access: cannot open {}: {e}", config.log.access)))?;
+            .map_err(|e| StartError::Config(format!("{}: cannot open {}: {e}", at("access"), config.log.access)))?;
         let workers = if config.server.workers == 0 { sys::usable_cpus() } else { config.server.workers };
 
-        // Each worker gets its own SO_REUSEPORT listener per address; the
+        // Each worker gets its own SO_REUSEPORT socket per address; the
         // first one fixes the port when the configuration asks for port 0.
         // Sockets handed over by a server being replaced are used first, so
         // no connection waits in the queue of a socket about to close.
-        let mut per_worker: Vec<Vec<std::net::TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut per_worker: Vec<Vec<socket2::Socket>> = (0..workers).map(|_| Vec::new()).collect();
         let mut addrs = Vec::new();
         let mut inherited = inherited;
         for listen in &config.server.listen {
@@ -94,34 +96,94 @@ impl Server {
                 let (mut mine, rest): (Vec<_>, Vec<_>) =
                     inherited.into_iter().partition(|l| l.local_addr().is_ok_and(|a| a == addr));
                 inherited = rest;
-                for listeners in per_worker.iter_mut() {
-                    let l = match mine.pop() {
-                        Some(l) => l,
-                        None => sys::reuseport_listener(addr, config.server.backlog)
-                            .map_err(|source| StartError::Listen { addr, source })?,
+                for sockets in per_worker.iter_mut() {
+                    let s = match mine.pop() {
+                        Some(l) => socket2::Socket::from(l),
+                        None => listeners::bind(addr).map_err(|error| StartError::Listen { addr, error })?,
                     };
-                    addr = l.local_addr()?;
-                    listeners.push(l);
+                    addr = s.local_addr()?.as_socket().unwrap_or(addr);
+                    sockets.push(s);
                 }
                 // Fewer workers than before: every handed-over socket is
                 // still watched by someone.
                 for (i, l) in mine.into_iter().enumerate() {
-                    per_worker[i % workers].push(l);
+                    per_worker[i % workers].push(socket2::Socket::from(l));
                 }
                 port = addr.port();
                 addrs.push(addr);
             }
         }
-        let handover = per_worker.iter().flatten().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
+        let prepared = Prepared { config, access, per_worker, addrs };
+        prepared.refuse_taken()?;
+        Ok(prepared)
+    }
+
+    /// An address another process listens on too is an error.
+    fn refuse_taken(&self) -> Result<(), StartError> {
+        let ours: Vec<&socket2::Socket> = self.per_worker.iter().flatten().collect();
+        match listeners::taken(&ours) {
+            Ok(None) => Ok(()),
+            Ok(Some(addr)) => Err(StartError::Listen {
+                addr,
+                error: std::io::Error::new(std::io::ErrorKind::AddrInUse, "address already in use by another process"),
+            }),
+            Err(e) => Err(StartError::Config(format!("cannot read the listening sockets from /proc/net: {e}"))),
+        }
+    }
+
+    /// The site (document root, CGI settings) with its compression
+    /// threads, and the static I/O choices (an `io_profile` read).
+    fn site(&self) -> Result<(Site, StaticIo), StartError> {
+        // Dropped on any error, which also ends its threads.
+        let compression = Compression::start(&self.config)?;
+        let site = Site::new(&self.config, compression)?;
+        let io = StaticIo::new(&self.config.static_files).map_err(StartError::Config)?;
+        Ok((site, io))
+    }
+}
+
+impl Server {
+    /// Binds, spawns the workers and returns; [`Server::run_until_signal`]
+    /// or [`Server::stop`] ends it.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        Server::start_inheriting(config, Vec::new())
+    }
+
+    /// Tries everything a start would (rules, logs, every address bound and
+    /// free, `server.user` known, document root, CGI settings), then lets it
+    /// all go: nothing listens, no worker runs, no privilege is dropped.
+    /// Returns the addresses it bound.
+    pub fn check(config: Config) -> Result<Vec<SocketAddr>, StartError> {
+        let prepared = Prepared::new(config, Vec::new())?;
+        let s = &prepared.config.server;
+        if !s.user.is_empty() {
+            privileges::lookup(&s.user, &s.group).map_err(|m| StartError::Config(format!("server.user: {m}")))?;
+        }
+        prepared.site()?;
+        Ok(prepared.addrs)
+    }
+
+    /// Starts a server that takes over `inherited` listening sockets (from
+    /// [`Server::listeners`] of the server it replaces) for the addresses it
+    /// shares with them; sockets for other addresses are closed.
+    pub fn start_inheriting(config: Config, inherited: Vec<std::net::TcpListener>) -> Result<Server, StartError> {
+        sys::block_signals(&[libc::SIGCHLD]);
+        let signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
+        let prepared = Prepared::new(config, inherited)?;
+        for socket in prepared.per_worker.iter().flatten() {
+            socket.listen(prepared.config.server.backlog)?;
+        }
+        // Two servers that started at the same moment see each other only
+        // now.
+        prepared.refuse_taken()?;
 
         // Root's work is done (listeners bound, logs open): become
         // server.user before any thread of this server starts, then check
         // that the root is still readable by who the server now is.
-        drop_privileges(&config)?;
-        // Dropped on any error below, which also ends its threads.
-        let compression = Compression::start(&config)?;
-        let site = Site::new(&config, compression)?;
-        let io = Arc::new(StaticIo::new(&config.static_files).map_err(StartError::Config)?);
+        drop_privileges(&prepared.config)?;
+        let (site, io) = prepared.site()?;
+        let io = Arc::new(io);
+        let Prepared { config, access, per_worker, addrs } = prepared;
         if site.cgi.refuses_as_root() && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty()) {
             log!(
                 Level::Warn,
@@ -129,6 +191,10 @@ impl Server {
                  or cgi.allow_root = true to run them as root"
             );
         }
+        let workers = per_worker.len();
+        let per_worker: Vec<Vec<std::net::TcpListener>> =
+            per_worker.into_iter().map(|sockets| sockets.into_iter().map(Into::into).collect()).collect();
+        let handover = per_worker.iter().flatten().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
 
         let http_limits = Limits {
             max_request_line: config.limits.max_request_line.usize(),

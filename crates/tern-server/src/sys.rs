@@ -1,29 +1,12 @@
 //! The few raw system calls the server makes, in one place.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd};
-
-use socket2::{Domain, Protocol, Socket, Type};
 
 /// CPUs this process may run on: the affinity mask and any cgroup CPU quota
 /// (std reads both on Linux), never the host's raw CPU count.
 pub fn usable_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// A non-blocking `SO_REUSEPORT` listener; each worker binds its own, and
-/// the kernel spreads connections across them.
-pub fn reuseport_listener(addr: SocketAddr, backlog: i32) -> io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    if addr.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.bind(&addr.into())?;
-    socket.listen(backlog)?;
-    Ok(socket.into())
 }
 
 /// Writes `bufs` with one `sendmsg`; `more` sets `MSG_MORE` so a head is

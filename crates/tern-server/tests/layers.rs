@@ -22,7 +22,18 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("what a worker lends, output", &["worker", "reply", "body", "static_io", "calibrate"]),
     (
         "files and records",
-        &["open_files", "resolve", "reaper", "access_log", "metrics", "error_log", "config", "privileges", "sys"],
+        &[
+            "open_files",
+            "resolve",
+            "reaper",
+            "access_log",
+            "metrics",
+            "error_log",
+            "config",
+            "privileges",
+            "listeners",
+            "sys",
+        ],
     ),
 ];
 

@@ -77,6 +77,42 @@ pub struct Script {
     interpreter: Option<PathBuf>,
 }
 
+/// What a start can know to be wrong before any program runs: a CGI
+/// directory set in the configuration that is not a directory under the
+/// root, an interpreter set there that is not an executable file. The
+/// defaults (`/cgi-bin`, python3, perl, sh, php-cgi) may be absent: nothing
+/// is run from a missing directory, and a program whose default
+/// interpreter is missing is answered `500` alone.
+pub fn check(config: &Config, root: &Root) -> std::io::Result<()> {
+    let c = &config.cgi;
+    let defaults = crate::config::Cgi::default();
+    let fail = |key: &str, what: String| std::io::Error::other(format!("{}: {what}", config.at("cgi", key)));
+    for dir in c.directories.iter().filter(|d| !defaults.directories.contains(d)) {
+        match root.probe(dir.trim_matches('/').as_bytes()) {
+            Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {}
+            Ok(_) => return Err(fail("directories", format!("{dir} is not a directory under the document root"))),
+            Err(ResolveError::NotFound) => {
+                return Err(fail("directories", format!("{dir} does not exist under the document root")))
+            }
+            Err(e) => {
+                return Err(fail("directories", format!("{dir} cannot be opened under the document root: {e:?}")))
+            }
+        }
+    }
+    for (ext, path) in c.interpreters.iter().filter(|(e, p)| defaults.interpreters.get(*e) != Some(*p)) {
+        let usable = std::fs::metadata(path).and_then(|m| {
+            if !m.is_file() {
+                return Err(std::io::Error::other("not a file"));
+            }
+            rustix::fs::access(path, rustix::fs::Access::EXEC_OK).map_err(std::io::Error::from)
+        });
+        if let Err(e) = usable {
+            return Err(fail("interpreters", format!("{ext} = {path}: {e}")));
+        }
+    }
+    Ok(())
+}
+
 impl Settings {
     /// Are programs refused because the server is root? (A FastCGI
     /// backend started by the server asks the same.)

@@ -45,6 +45,7 @@ impl Site {
         let root = Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
         })?;
+        cgi::check(config, &root)?;
         Ok(Site {
             root,
             static_files: static_files::Settings::new(config),

@@ -54,7 +54,9 @@ pub struct Args {
     /// Access log: a path, `-` for stdout, or `off` (overrides `log.access`).
     #[arg(long, value_name = "PATH")]
     pub access_log: Option<String>,
-    /// Check the configuration and exit.
+    /// Check the configuration and exit: everything a start would open,
+    /// bind and read is tried (document root, CGI settings, logs, free
+    /// addresses), then let go.
     #[arg(long)]
     pub check: bool,
 }
@@ -81,7 +83,7 @@ fn configuration(args: &Args) -> anyhow::Result<Config> {
         config.log.access = log.clone();
     }
     if let Some((section, key, message)) = config.broken_rule() {
-        anyhow::bail!("{section}.{key}: {message}");
+        anyhow::bail!("{}: {message}", config.at(section, key));
     }
     Ok(config)
 }
@@ -89,6 +91,8 @@ fn configuration(args: &Args) -> anyhow::Result<Config> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = configuration(&args)?;
     if args.check {
+        // Everything a start opens and binds, let go again.
+        Server::check(config).context("check failed")?;
         println!("configuration OK");
         return Ok(ExitCode::SUCCESS);
     }

@@ -66,6 +66,14 @@ impl Tern {
             cmd.args(["--workers", "2"]);
         }
         cmd.args(extra);
+        let mut tern = Tern::spawn(cmd);
+        tern._config = Some(file);
+        tern
+    }
+
+    /// Runs a prepared `tern serve` command line as it is and waits for its
+    /// first "listening" line.
+    pub fn spawn(mut cmd: Command) -> Tern {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
         let mut child = cmd.spawn().expect("spawn tern");
         let stderr = child.stderr.take().unwrap();
@@ -92,7 +100,7 @@ impl Tern {
                 panic!("tern did not start: {}", log.lock().unwrap());
             }
         };
-        Tern { child, addr, stderr: log, _config: Some(file) }
+        Tern { child, addr, stderr: log, _config: None }
     }
 
     /// The configuration file the server was started with.

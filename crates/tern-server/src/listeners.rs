@@ -1,0 +1,155 @@
+//! Listening sockets: one `SO_REUSEPORT` socket per worker and address,
+//! and each address this server's alone.
+//!
+//! `SO_REUSEPORT` lets any process of the same user bind a port already
+//! bound with it, and the kernel then spreads new connections over both: a
+//! second server started by mistake on a taken port would silently answer
+//! part of the first one's traffic. Every other overlap the kernel refuses
+//! itself (`EADDRINUSE`); for this one the listening TCP sockets of the
+//! network namespace are read (`/proc/net/tcp`, `/proc/net/tcp6`), and an
+//! address that a socket outside this process also listens on (the same
+//! address, or a wildcard of the same family covering it) is refused.
+//! Sockets of this process are its own, so a reload's handover is never
+//! taken for a stranger.
+//!
+//! The check runs twice: after binding, before `listen(2)` (a refused start
+//! never holds a connection meant for the server already there), and after
+//! it (two servers starting at the same moment each see the other and both
+//! refuse, rather than share). It reads every TCP socket of the namespace,
+//! so it runs at start and reload only.
+
+use std::collections::HashSet;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// A non-blocking `SO_REUSEPORT` socket bound to `addr`, not yet
+/// listening.
+pub fn bind(addr: SocketAddr) -> io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+/// The first of `ours`' addresses on which a socket outside this process
+/// listens too. `ours` are the sockets about to serve (their inodes are
+/// skipped without a look at this process's descriptors). Without
+/// `/proc/net` (not mounted) nothing can be seen: `None`.
+pub fn taken(ours: &[&Socket]) -> io::Result<Option<SocketAddr>> {
+    let mut mine = HashSet::new();
+    let mut addrs = Vec::new();
+    for s in ours {
+        mine.insert(inode(s.as_raw_fd())?);
+        if let Some(a) = s.local_addr()?.as_socket() {
+            addrs.push(a);
+        }
+    }
+    let mut strangers = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = match std::fs::read_to_string(table) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for (addr, ino) in text.lines().skip(1).filter_map(listener) {
+            if mine.contains(&ino) {
+                continue;
+            }
+            if let Some(ours) = addrs.iter().find(|a| overlaps(**a, addr)) {
+                strangers.push((*ours, ino));
+            }
+        }
+    }
+    if strangers.is_empty() {
+        return Ok(None);
+    }
+    // Rare: another socket listens there. It may still be this process's
+    // own (a server being replaced), which only its descriptors tell.
+    let held = process_sockets()?;
+    Ok(strangers.into_iter().find(|(_, ino)| !held.contains(ino)).map(|(a, _)| a))
+}
+
+/// Do a listener on `theirs` and one on `ours` share connections?
+fn overlaps(ours: SocketAddr, theirs: SocketAddr) -> bool {
+    ours.port() == theirs.port()
+        && ours.is_ipv4() == theirs.is_ipv4()
+        && (ours.ip() == theirs.ip() || ours.ip().is_unspecified() || theirs.ip().is_unspecified())
+}
+
+/// A line of `/proc/net/tcp{,6}` for a socket in state `LISTEN`: its local
+/// address and inode.
+fn listener(line: &str) -> Option<(SocketAddr, u64)> {
+    const LISTEN: &str = "0A";
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.get(3) != Some(&LISTEN) {
+        return None;
+    }
+    let (ip, port) = fields.get(1)?.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    // The address is printed as 32-bit words in host byte order.
+    let mut bytes = Vec::with_capacity(16);
+    for word in ip.as_bytes().chunks(8) {
+        let word = u32::from_str_radix(std::str::from_utf8(word).ok()?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_ne_bytes());
+    }
+    let ip = match bytes.len() {
+        4 => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(bytes).ok()?)),
+        16 => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(bytes).ok()?)),
+        _ => return None,
+    };
+    Some((SocketAddr::new(ip, port), fields.get(9)?.parse().ok()?))
+}
+
+fn inode(fd: i32) -> io::Result<u64> {
+    // SAFETY: fstat on a descriptor the caller holds, into a local buffer.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_ino)
+}
+
+/// Inodes of every socket this process holds.
+fn process_sockets() -> io::Result<HashSet<u64>> {
+    let mut inodes = HashSet::new();
+    for entry in std::fs::read_dir("/proc/self/fd")? {
+        let Ok(target) = std::fs::read_link(entry?.path()) else { continue };
+        let target = target.to_string_lossy();
+        if let Some(ino) = target.strip_prefix("socket:[").and_then(|t| t.strip_suffix(']')) {
+            inodes.extend(ino.parse::<u64>());
+        }
+    }
+    Ok(inodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_listening_lines() {
+        let v4 = "   1: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 4242 1 0000000000000000 100 0 0 10 0";
+        assert_eq!(listener(v4), Some(("127.0.0.1:8080".parse().unwrap(), 4242)));
+        let v6 = "   0: 00000000000000000000000001000000:0050 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 77 1 0000000000000000 100 0 0 10 0";
+        assert_eq!(listener(v6), Some(("[::1]:80".parse().unwrap(), 77)));
+        let established = v4.replace(" 0A ", " 01 ");
+        assert_eq!(listener(&established), None);
+    }
+
+    #[test]
+    fn wildcards_cover_their_family() {
+        let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert!(overlaps(a("127.0.0.1:80"), a("0.0.0.0:80")));
+        assert!(overlaps(a("0.0.0.0:80"), a("10.0.0.1:80")));
+        assert!(!overlaps(a("127.0.0.1:80"), a("127.0.0.2:80")));
+        assert!(!overlaps(a("127.0.0.1:80"), a("127.0.0.1:81")));
+        assert!(!overlaps(a("0.0.0.0:80"), a("[::]:80")));
+    }
+}
