@@ -267,6 +267,21 @@ pub struct StaticFiles {
     pub charset: String,
     /// Extra or overriding MIME types by extension: `{ "md" = "text/markdown" }`.
     pub mime_types: BTreeMap<String, String>,
+    /// Paths with a segment starting with `.` (`/.git/config`, `/a/.env`):
+    /// `"deny"` answers them 404 (static files and CGI alike), `"allow"`
+    /// serves them as any other. Default `"deny"`.
+    pub hidden: Hidden,
+    /// URL paths served even though hidden (with `hidden = "deny"`); hidden
+    /// names below them are still refused. Default `["/.well-known"]`.
+    pub hidden_allow: Vec<String>,
+}
+
+/// Whether hidden paths (a segment starting with `.`) are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hidden {
+    Deny,
+    Allow,
 }
 
 impl Default for StaticFiles {
@@ -280,6 +295,8 @@ impl Default for StaticFiles {
             open_file_valid: Seconds(Duration::from_secs(1)),
             charset: "utf-8".into(),
             mime_types: BTreeMap::new(),
+            hidden: Hidden::Deny,
+            hidden_allow: vec!["/.well-known".into()],
         }
     }
 }
@@ -785,6 +802,12 @@ impl Config {
                 "limits",
                 "max_header_bytes",
                 "must be at least limits.max_request_line",
+            ),
+            (
+                self.static_files.hidden_allow.iter().any(|p| !p.starts_with('/')),
+                "static",
+                "hidden_allow",
+                "each must be a URL path starting with /",
             ),
             (self.limits.max_ranges == 0, "limits", "max_ranges", "must be at least 1"),
             (self.server.user.is_empty() && !self.server.group.is_empty(), "server", "group", "needs server.user"),

@@ -1,6 +1,7 @@
 //! The site: routes a request to the handler that answers it.
 
 pub mod cgi;
+pub mod hidden;
 pub mod internal;
 pub mod static_files;
 
@@ -20,6 +21,7 @@ pub struct Site {
     pub root: Root,
     pub static_files: static_files::Settings,
     pub cgi: cgi::Settings,
+    pub hidden: hidden::Rule,
     pub compression: Compression,
 }
 
@@ -50,6 +52,7 @@ impl Site {
             root,
             static_files: static_files::Settings::new(config),
             cgi: cgi::Settings::new(config)?,
+            hidden: hidden::Rule::new(config),
             compression,
         })
     }
@@ -80,6 +83,10 @@ impl Site {
                 return Answer::Done;
             }
         };
+        if self.hidden.refuses(&w.path) {
+            reply.error(404);
+            return Answer::Done;
+        }
         match self.cgi.locate(&self.root, &w.path) {
             None => {
                 let files = static_files::Files {
