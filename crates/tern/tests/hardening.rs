@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::tern_bin;
+use common::{get, tern_bin, Tern};
 
 fn tern(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(tern_bin()).args(args).output().unwrap();
@@ -112,4 +112,22 @@ fn check_tries_everything_a_start_would() {
     let (code, out, err) = tern(&["serve", "--config", config.to_str().unwrap(), "--check"]);
     assert_eq!((code, out.as_str()), (Some(0), "configuration OK\n"), "{err}");
     std::net::TcpListener::bind(free).expect("the check let its address go");
+}
+
+#[test]
+fn the_running_configuration_file_is_not_served() {
+    let site = common::site();
+    let config = site.root.join("tern.toml");
+    std::fs::write(&config, "[log]\naccess = \"off\"\n").unwrap();
+    std::fs::hard_link(&config, site.root.join("copy.txt")).unwrap();
+    std::fs::write(site.root.join("other.toml"), "x = 1\n").unwrap();
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--workers", "2", "--config"]).arg(&config);
+    let tern = Tern::spawn(cmd);
+    for _ in 0..2 {
+        assert_eq!(get(tern.addr, "/tern.toml", "").status, 404);
+        assert_eq!(get(tern.addr, "/copy.txt", "").status, 404);
+        assert_eq!(get(tern.addr, "/other.toml", "").body, b"x = 1\n");
+        assert_eq!(get(tern.addr, "/small.txt", "").body, site.small);
+    }
 }

@@ -42,6 +42,10 @@ pub struct Settings {
     max_ranges: usize,
     /// The `multipart/byteranges` boundary, fixed per process.
     boundary: String,
+    /// `(st_dev, st_ino)` of the configuration file the server runs with,
+    /// when the root could lead to it (same device, or any symlink
+    /// followed): never served, whatever name reaches it.
+    config_file: Option<(u64, u64)>,
 }
 
 impl Settings {
@@ -58,7 +62,13 @@ impl Settings {
                 .collect(),
             max_ranges: config.limits.max_ranges,
             boundary: format!("tern-{:016x}", (seed as u64) ^ u64::from(std::process::id()).rotate_left(32)),
+            config_file: running_config(config),
         }
+    }
+
+    /// Is `stat` the running configuration file?
+    fn is_config_file(&self, stat: &rustix::fs::Stat) -> bool {
+        self.config_file == Some((stat.st_dev, stat.st_ino))
     }
 
     fn content_type(&self, path: &[u8]) -> String {
@@ -154,6 +164,17 @@ pub fn serve(site: Files<'_>, req: &Request<'_>, norm: Normalized, reply: &mut R
     }
 }
 
+/// The running configuration file's identity, if a request could reach
+/// it: decided once at start, so a server whose configuration lies elsewhere
+/// pays nothing per request.
+fn running_config(config: &Config) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::metadata(config.origin.path.as_ref()?).ok()?;
+    let root = std::fs::metadata(&config.server.root).ok()?;
+    let reachable = file.dev() == root.dev() || config.server.symlinks == crate::config::Symlinks::Any;
+    reachable.then(|| (file.dev(), file.ino()))
+}
+
 /// The open file for the request's path (`w.path`, its first `rel_len`
 /// bytes relative to the root), from the open-file table or resolved anew
 /// (always when `revalidate`); with whether it was resolved just now.
@@ -176,6 +197,11 @@ fn open(
     };
     w.stats.open_file_misses.incr();
     match site.root.find(&w.path[..rel_len], trailing_slash, &mut w.scratch) {
+        Ok(Found::File { stat, .. }) if site.static_files.is_config_file(&stat) => {
+            w.files.remove(&w.path);
+            reply.error(404);
+            None
+        }
         Ok(Found::File { file, stat, index }) => match cached {
             Some((old, _)) if old.identity == Identity::of(&stat) => {
                 w.files.refresh(&w.path, w.now);
