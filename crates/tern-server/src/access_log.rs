@@ -90,7 +90,7 @@ impl AccessLog {
     pub fn flush(&mut self) {
         if let (Some(file), false) = (&self.target, self.buf.is_empty()) {
             if let Err(err) = (&**file).write_all(&self.buf) {
-                crate::error_log::log(crate::config::Level::Error, format_args!("access log write failed: {err}"));
+                crate::error_log::log!(crate::config::Level::Error, "access log write failed: {err}");
             }
             self.buf.clear();
         }

@@ -461,7 +461,6 @@ impl Conn {
             Ok(Head::Partial { .. }) => Some(false),
             Err(err) => {
                 log!(Level::Info, "{}: bad request: {}", self.peers.peer, err.reason());
-                w.stats.requests.incr();
                 let line = first_line(&rbuf[self.rpos..]);
                 self.rpos = rbuf.len();
                 match err.status() {
@@ -627,6 +626,8 @@ impl Conn {
         let mut reply = Reply::new(&mut self.out, w.date.http(), &config.server.server_header, false, false, false);
         reply.error(status);
         reply.finish();
+        // Every answer counts, 408 and a bad body's 400/413 included.
+        w.stats.requests.incr();
         w.stats.status(status);
         w.log.record(&Entry {
             client: self.peers.peer.ip(),

@@ -17,6 +17,7 @@ use crate::metrics::{ServerStats, WorkerStats};
 use crate::open_files::OpenFileTable;
 use crate::reaper::Reaper;
 use crate::static_io::StaticIo;
+use crate::sys;
 
 /// How connection code asks its engine to watch a backend's descriptor (a
 /// CGI program's output) on behalf of connection `conn`. Closing the
@@ -28,8 +29,14 @@ pub trait Watcher {
 /// Size of a pooled receive or send buffer: a typical request head, or a
 /// response head with a small body, fits.
 pub const IO_BUFFER: usize = 8 * 1024;
-/// Idle buffers kept per worker.
+/// Idle buffers kept per worker while it is busy.
 const POOL_KEEP: usize = 256;
+/// Idle buffers kept once a burst is over.
+const POOL_SETTLED: usize = 32;
+/// Connections a worker must have shed since its peak before it gives
+/// memory back: a burst (an attack, a flood) has ended, not the ordinary
+/// coming and going of clients.
+const SETTLE_DROP: usize = 256;
 
 /// Buffers taken by connections while they work and given back while they
 /// idle, so thousands of idle keep-alive connections hold no buffers.
@@ -47,6 +54,11 @@ impl BufPool {
             buf.clear();
             self.0.push(buf);
         }
+    }
+
+    fn shrink(&mut self) {
+        self.0.truncate(POOL_SETTLED);
+        self.0.shrink_to_fit();
     }
 }
 
@@ -71,6 +83,8 @@ pub struct Worker<'s> {
     /// This worker's listening sockets, while it accepts (their accept
     /// queue is part of the load signal).
     pub listeners: Vec<RawFd>,
+    /// Most connections open at once since memory was last given back.
+    peak: usize,
 }
 
 impl<'s> Worker<'s> {
@@ -97,6 +111,7 @@ impl<'s> Worker<'s> {
             watcher,
             reaper: Reaper::default(),
             listeners: Vec::new(),
+            peak: 0,
         }
     }
 
@@ -104,6 +119,28 @@ impl<'s> Worker<'s> {
     pub fn tick_clock(&mut self) {
         self.now = Instant::now();
         self.date.update(SystemTime::now());
+    }
+
+    /// Records how many connections are open after new ones came in (a
+    /// burst may begin and end between two calls of [`Worker::settle`]).
+    pub fn note_open(&mut self, open: usize) {
+        self.peak = self.peak.max(open);
+    }
+
+    /// Called once a second with the connections this worker has open:
+    /// once a burst has ended, the buffers it took are freed and the
+    /// allocator's free memory returned to the system (else the resident
+    /// size stays at the burst's peak). True when memory was given back, so
+    /// the engine can shrink its own tables too.
+    pub fn settle(&mut self, open: usize) -> bool {
+        self.note_open(open);
+        if self.peak - open < SETTLE_DROP {
+            return false;
+        }
+        self.peak = open;
+        self.pool.shrink();
+        sys::release_free_memory();
+        true
     }
 
     pub fn shutting_down(&self) -> bool {

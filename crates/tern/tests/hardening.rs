@@ -5,9 +5,12 @@
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
-use common::{get, tern_bin, Tern};
+use common::{get, statuses, tern_bin, Tern};
 
 fn tern(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(tern_bin()).args(args).output().unwrap();
@@ -130,4 +133,144 @@ fn the_running_configuration_file_is_not_served() {
         assert_eq!(get(tern.addr, "/other.toml", "").body, b"x = 1\n");
         assert_eq!(get(tern.addr, "/small.txt", "").body, site.small);
     }
+}
+
+fn status_json(tern: &Tern) -> serde_json::Value {
+    serde_json::from_slice(&get(tern.addr, "/_tern/status", "").body).unwrap()
+}
+
+/// A keep-alive connection that has been answered once and stays open.
+fn held_connection(tern: &Tern) -> TcpStream {
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < 1000 {
+        let n = s.read(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..n]);
+    }
+    s
+}
+
+/// Connects and reads until the server closes.
+fn refused(tern: &Tern) -> Vec<u8> {
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    got
+}
+
+#[test]
+fn every_answer_is_counted() {
+    let site = common::site();
+    let tern = Tern::start(&site.root, "sendfile", "[server]\nmax_connections = 3\n[timeouts]\nheader = \"1s\"\n", &[]);
+    let before = status_json(&tern);
+    let held: Vec<TcpStream> = (0..3).map(|_| held_connection(&tern)).collect();
+    for _ in 0..5 {
+        assert_eq!(statuses(&refused(&tern)), [503]);
+    }
+    drop(held);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut slow = TcpStream::connect(tern.addr).unwrap();
+    slow.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x").unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let _ = slow.read_to_end(&mut got);
+    assert_eq!(statuses(&got), [408]);
+    let after = status_json(&tern);
+    let delta = |k: &str| after["requests"][k].as_u64().unwrap() - before["requests"][k].as_u64().unwrap();
+    // The first status page, three GETs, five 503s, one 408.
+    assert_eq!(delta("total"), 1 + 3 + 5 + 1);
+    assert_eq!((delta("2xx"), delta("4xx"), delta("5xx")), (4, 1, 5));
+}
+
+#[test]
+fn repeated_log_lines_are_rate_limited() {
+    let site = common::site();
+    let log = site.dir.path().join("error.log");
+    let config = format!(
+        "[log]\naccess = \"off\"\nlevel = \"warn\"\nerror = \"{}\"\n[server]\nmax_connections = 1\n",
+        log.display()
+    );
+    let tern = Tern::start(&site.root, "sendfile", &config, &[]);
+    let _held = held_connection(&tern);
+    const FLOOD: u64 = 300;
+    for _ in 0..FLOOD {
+        assert_eq!(statuses(&refused(&tern)), [503]);
+    }
+    // Written lines plus the reported counts add up to every refusal, once
+    // the last second's count is out (workers report once a second).
+    let refusal = "refused, server.max_connections reached";
+    let start = Instant::now();
+    let (written, suppressed) = loop {
+        let text = std::fs::read_to_string(&log).unwrap();
+        let written = text.lines().filter(|l| l.contains("[warn]") && l.ends_with(refusal)).count() as u64;
+        let suppressed: u64 = text
+            .lines()
+            .filter(|l| l.ends_with(&format!("\"{{peer}}: {refusal}\" suppressed in the last second")))
+            .map(|l| l.split("] ").nth(2).unwrap().split(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum();
+        if written + suppressed == FLOOD || start.elapsed() > Duration::from_secs(10) {
+            break (written, suppressed);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(written + suppressed, FLOOD, "{written} written, {suppressed} reported as suppressed");
+    let seconds = start.elapsed().as_secs() + 30;
+    assert!(written <= 10 * seconds && suppressed > 0, "{written} lines written");
+}
+
+fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn memory_taken_by_a_slowloris_is_given_back() {
+    const ATTACK: usize = 1500;
+    // Room for the attack's descriptors, here and in the server (inherited).
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    let want = (4 * ATTACK as u64).min(limit.rlim_max);
+    assert!(want > 2 * ATTACK as u64 + 100, "RLIMIT_NOFILE hard limit {} is too low", limit.rlim_max);
+    limit.rlim_cur = limit.rlim_cur.max(want);
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+
+    let site = common::site();
+    let tern = Tern::start(&site.root, "sendfile", "[timeouts]\nheader = \"60s\"\n", &[]);
+    assert_eq!(get(tern.addr, "/small.txt", "").status, 200);
+    let idle = rss_kib(tern.pid());
+    let head = format!("GET /small.txt HTTP/1.1\r\nHost: x\r\nX-Slow: {}", "a".repeat(4000));
+    let attack: Vec<TcpStream> = (0..ATTACK)
+        .map(|_| {
+            let mut s = TcpStream::connect(tern.addr).unwrap();
+            s.write_all(head.as_bytes()).unwrap();
+            s
+        })
+        .collect();
+    // Every attacker's bytes have been read (each holds a buffer).
+    let start = Instant::now();
+    while status_json(&tern)["connections"]["active"].as_u64().unwrap() < ATTACK as u64 + 1 {
+        assert!(start.elapsed() < Duration::from_secs(20), "the attack's connections were not all accepted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let during = rss_kib(tern.pid());
+    assert!(during > idle + 8 * 1024, "the attack took little memory: idle {idle} KiB, during {during} KiB");
+    drop(attack);
+    // Within a few seconds of the end, at most a quarter of what it took
+    // is still resident.
+    let start = Instant::now();
+    let mut after = during;
+    while start.elapsed() < Duration::from_secs(8) {
+        std::thread::sleep(Duration::from_millis(250));
+        after = rss_kib(tern.pid());
+        if after < idle + (during - idle) / 4 {
+            break;
+        }
+    }
+    assert!(after < idle + (during - idle) / 4, "idle {idle} KiB, during the attack {during} KiB, after {after} KiB");
+    assert_eq!(get(tern.addr, "/small.txt", "").status, 200);
 }

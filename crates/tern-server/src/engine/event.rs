@@ -21,7 +21,7 @@ use slab::Slab;
 
 use crate::config::Level;
 use crate::conn::{Conn, Status};
-use crate::error_log::log;
+use crate::error_log::{self, log};
 use crate::shared::Shared;
 use crate::worker::{Watcher, Worker};
 
@@ -132,6 +132,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
         for (i, more) in backlog.iter_mut().enumerate() {
             if *more {
                 *more = accept(&mut w, &poll, &listeners[i], &mut conns);
+                w.note_open(conns.len());
             }
         }
         if w.reaper.has_pending() {
@@ -163,6 +164,10 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                 }
             }
             w.log.flush();
+            error_log::tick();
+            if w.settle(conns.len()) {
+                conns.shrink_to_fit();
+            }
         }
         if let Some(deadline) = shutdown_deadline {
             if conns.is_empty() || w.now >= deadline {
@@ -245,6 +250,9 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
 /// blocking) and closes it.
 fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr) {
     use std::io::Write;
+    // An answer like any other: counted with its status class.
+    w.stats.requests.incr();
+    w.stats.status(503);
     if let Ok(n) = (&stream).write(OVERLOADED) {
         w.stats.bytes_sent.add(n as u64);
     }
