@@ -300,6 +300,11 @@ fn drop_privileges(config: &Config) -> Result<(), StartError> {
             .map_err(|e| StartError::Config(format!("server.user: cannot become {}: {e}", s.user)))?;
         format!("user {}", s.user)
     };
+    // A root that is missing or not a directory is the site's to report
+    // (`cannot open document root …`), the same for a start and a check.
+    if !s.root.is_dir() {
+        return Ok(());
+    }
     privileges::may_read_dir(&s.root)
         .map_err(|e| StartError::Config(format!("server.root: {} cannot be read by {who}: {e}", s.root.display())))
 }
