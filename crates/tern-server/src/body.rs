@@ -160,7 +160,7 @@ impl OutQueue {
                 Segment::File { file, offset, len, method: IoMethod::Sendfile } => {
                     let want = (*len).min(1 << 30) as usize;
                     match sys::sendfile(sock, file.file.as_fd(), *offset, want) {
-                        Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while sent")),
+                        Ok(0) => return Err(shrank(file)),
                         Ok(n) => (n, want),
                         Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
                         Err(e) => return Err(e),
@@ -170,7 +170,13 @@ impl OutQueue {
                     if self.chunk_pos == self.chunk.len() {
                         let want = (*len).min(self.chunk_size as u64) as usize;
                         self.chunk.resize(want, 0);
-                        read_exact_at(file.file.as_fd(), &mut self.chunk, *offset)?;
+                        read_exact_at(file.file.as_fd(), &mut self.chunk, *offset).map_err(|e| {
+                            if e.kind() == io::ErrorKind::UnexpectedEof {
+                                shrank(file)
+                            } else {
+                                e
+                            }
+                        })?;
                         self.chunk_pos = 0;
                     }
                     let pending = &self.chunk[self.chunk_pos..];
@@ -189,6 +195,7 @@ impl OutQueue {
                     let mut count = 0;
                     let mut want = 0;
                     let mut more = false;
+                    let mut mapped: Option<&OpenFile> = None;
                     for seg in &self.segments {
                         if count == MAX_IOV {
                             break;
@@ -197,7 +204,10 @@ impl OutQueue {
                             Segment::Buf { start, end } => &self.buf[*start..*end],
                             Segment::Shared { bytes, start, end } => &(**bytes).as_ref()[*start..*end],
                             Segment::File { file, offset, len, method } => match (method, &file.mapping) {
-                                (IoMethod::Mmap, Some(map)) => &map[*offset as usize..(*offset + *len) as usize],
+                                (IoMethod::Mmap, Some(map)) => {
+                                    mapped.get_or_insert(file);
+                                    &map[*offset as usize..(*offset + *len) as usize]
+                                }
                                 _ => {
                                     // Hold the rest back until the file
                                     // region that follows is sent.
@@ -213,14 +223,25 @@ impl OutQueue {
                     match sys::send_vectored(sock, &iov[..count], more) {
                         Ok(n) => (n, want),
                         Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
-                        Err(e) => return Err(e),
+                        // The kernel faulted on a page past the file's new
+                        // end (a mapping never faults in user space).
+                        Err(e) => {
+                            return Err(match mapped {
+                                Some(file) if e.raw_os_error() == Some(libc::EFAULT) => shrank(file),
+                                _ => e,
+                            })
+                        }
                     }
                 }
             };
-            self.advance(n);
-            if n < wanted {
-                return Ok(Flushed::Blocked);
+            if n == 0 && wanted > 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "socket took no bytes"));
             }
+            self.advance(n);
+            // A short write is not proof of a full socket: a file that
+            // shrank under its response ends early too, and no readiness
+            // edge would ever follow. Only `EAGAIN` means "full"; the next
+            // round tells the two apart (`0` or `EFAULT` at a file's end).
         }
     }
 
@@ -274,6 +295,15 @@ impl OutQueue {
         self.buf = buf;
         self.buf.clear();
     }
+}
+
+/// The error for a file that ended before its announced length: the
+/// response cannot be completed, so the connection must close.
+fn shrank(file: &OpenFile) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        format!("file /{} shrank while sent: response cut short", String::from_utf8_lossy(&file.rel_path)),
+    )
 }
 
 fn read_exact_at(file: BorrowedFd<'_>, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {

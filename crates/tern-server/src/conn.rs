@@ -307,6 +307,12 @@ impl Conn {
                 self.may_write = false;
                 Sent::Wait
             }
+            // A file that ended early is the server's fault, worth an error
+            // line; a peer that went away is not.
+            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
+                log!(Level::Error, "{}: {err}", self.peers.peer);
+                Sent::Failed
+            }
             Err(err) => {
                 log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
                 Sent::Failed

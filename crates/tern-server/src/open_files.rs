@@ -4,14 +4,31 @@
 //!
 //! One table per worker, so the hit path takes no lock and makes no system
 //! call; the price is one descriptor (and mapping) per worker per file.
+//!
+//! A file changed in place keeps its inode, so the descriptor held here
+//! reads the new bytes at once: the length and strong `ETag` formatted for
+//! the old ones must not be sent with them. Each entry's inode is watched
+//! with inotify (one instance per worker, its descriptor in the engine's
+//! epoll set): a change marks the entry stale, and the next request
+//! resolves the path again. Events are handled before the requests of the
+//! same event-loop turn, so a change made before a request was sent is
+//! seen by it. An entry that cannot be watched (no inotify instance or
+//! watch left) is checked with an `fstat` of its descriptor on every use
+//! instead. A path that comes to name another file (a rename over it)
+//! marks the old inode too (its link count changes); renames of the
+//! directories above are seen after `open_file_valid`, as before.
 
+use std::collections::HashMap;
 use std::fs::File;
+use std::mem::MaybeUninit;
 use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lru::LruCache;
 use memmap2::Mmap;
+use rustix::fs::inotify::{self, ReadFlags, WatchFlags};
 
 /// An open file with everything a response about it needs.
 pub struct OpenFile {
@@ -65,39 +82,129 @@ impl Identity {
 struct Entry {
     file: Arc<OpenFile>,
     checked: Instant,
+    /// The inotify watch on the file's inode (shared by every entry for
+    /// that inode); `None`: checked with `fstat` on each use.
+    watch: Option<i32>,
+    /// A change was reported: resolve the path again before use.
+    changed: bool,
 }
+
+/// A worker's inotify instance and its watches.
+struct Changes {
+    fd: OwnedFd,
+    /// Watch descriptor → entries using it.
+    users: HashMap<i32, u32>,
+}
+
+/// What a change to a served file looks like: its bytes, its metadata
+/// (link count included), or its name going away.
+const WATCHED: WatchFlags =
+    WatchFlags::MODIFY.union(WatchFlags::ATTRIB).union(WatchFlags::MOVE_SELF).union(WatchFlags::DELETE_SELF);
 
 pub struct OpenFileTable {
     entries: LruCache<Vec<u8>, Entry>,
     valid: Duration,
+    changes: Option<Changes>,
 }
 
 impl OpenFileTable {
     pub fn new(capacity: usize, valid: Duration) -> Self {
-        OpenFileTable { entries: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)), valid }
+        let changes = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC)
+            .ok()
+            .map(|fd| Changes { fd, users: HashMap::new() });
+        OpenFileTable {
+            entries: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
+            valid,
+            changes,
+        }
+    }
+
+    /// The descriptor that becomes readable when a watched file changes:
+    /// the engine watches it and calls [`Self::on_changes`].
+    pub fn changes_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.changes.as_ref().map(|c| c.fd.as_fd())
+    }
+
+    /// Stops watching (the engine cannot deliver the events): every entry
+    /// is then checked with `fstat` on use.
+    pub fn stop_watching(&mut self) {
+        self.changes = None;
+        for (_, entry) in self.entries.iter_mut() {
+            entry.watch = None;
+        }
+    }
+
+    /// Reads the pending change reports and marks their entries stale.
+    pub fn on_changes(&mut self) {
+        let Some(changes) = self.changes.as_mut() else { return };
+        let mut buf = [MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = inotify::Reader::new(changes.fd.as_fd(), &mut buf);
+        let mut changed: Vec<i32> = Vec::new();
+        let mut everything = false;
+        let mut gone: Vec<i32> = Vec::new();
+        loop {
+            match reader.next() {
+                Ok(event) => {
+                    let flags = event.events();
+                    if flags.contains(ReadFlags::QUEUE_OVERFLOW) {
+                        everything = true;
+                    } else if flags.contains(ReadFlags::IGNORED) {
+                        // The kernel dropped the watch (the inode is gone).
+                        gone.push(event.wd());
+                    } else {
+                        changed.push(event.wd());
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => break,
+            }
+        }
+        for wd in &gone {
+            changes.users.remove(wd);
+        }
+        for (_, entry) in self.entries.iter_mut() {
+            let Some(wd) = entry.watch else { continue };
+            if everything || changed.contains(&wd) || gone.contains(&wd) {
+                entry.changed = true;
+            }
+            if gone.contains(&wd) {
+                entry.watch = None;
+            }
+        }
     }
 
     /// The entry for `key`, and whether it is still within its validity
-    /// period. A stale entry must be re-checked with [`Self::refresh`] (same
-    /// file on disk) or replaced with [`Self::insert`].
+    /// period and unchanged. A stale entry must be re-checked with
+    /// [`Self::refresh`] (same file on disk) or replaced with
+    /// [`Self::insert`].
     pub fn lookup(&mut self, key: &[u8], now: Instant) -> Option<(Arc<OpenFile>, bool)> {
         let entry = self.entries.get(key)?;
-        Some((entry.file.clone(), now.saturating_duration_since(entry.checked) < self.valid))
+        let fresh = !entry.changed
+            && now.saturating_duration_since(entry.checked) < self.valid
+            && (entry.watch.is_some()
+                || rustix::fs::fstat(&entry.file.file).is_ok_and(|st| Identity::of(&st) == entry.file.identity));
+        Some((entry.file.clone(), fresh))
     }
 
     /// The file behind a stale entry was found unchanged: trust it again.
     pub fn refresh(&mut self, key: &[u8], now: Instant) {
         if let Some(entry) = self.entries.get_mut(key) {
             entry.checked = now;
+            entry.changed = false;
         }
     }
 
     pub fn insert(&mut self, key: &[u8], file: Arc<OpenFile>, now: Instant) {
-        self.entries.put(key.to_vec(), Entry { file, checked: now });
+        let watch = self.watch(&file.file);
+        if let Some((_, old)) = self.entries.push(key.to_vec(), Entry { file, checked: now, watch, changed: false }) {
+            self.unwatch(old.watch);
+        }
     }
 
     pub fn remove(&mut self, key: &[u8]) {
-        self.entries.pop(key);
+        if let Some(old) = self.entries.pop(key) {
+            self.unwatch(old.watch);
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -106,5 +213,26 @@ impl OpenFileTable {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Watches the inode behind `file` (through its descriptor's
+    /// `/proc/self/fd` link, so no path is looked up again).
+    fn watch(&mut self, file: &File) -> Option<i32> {
+        let changes = self.changes.as_mut()?;
+        let link = format!("/proc/self/fd/{}", file.as_raw_fd());
+        let wd = inotify::add_watch(&changes.fd, link.as_str(), WATCHED).ok()?;
+        *changes.users.entry(wd).or_insert(0) += 1;
+        Some(wd)
+    }
+
+    fn unwatch(&mut self, watch: Option<i32>) {
+        let (Some(wd), Some(changes)) = (watch, self.changes.as_mut()) else { return };
+        if let Some(users) = changes.users.get_mut(&wd) {
+            *users -= 1;
+            if *users == 0 {
+                changes.users.remove(&wd);
+                let _ = inotify::remove_watch(&changes.fd, wd);
+            }
+        }
     }
 }

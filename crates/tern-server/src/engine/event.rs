@@ -28,8 +28,10 @@ use crate::worker::{Watcher, Worker};
 /// Connection `k` has token `2k` for its socket and `2k + 1` for its
 /// backend's output (a CGI pipe).
 const WAKE: Token = Token(usize::MAX);
+/// The open-file table's change reports (inotify).
+const FILES: Token = Token(usize::MAX - 1);
 /// Listener `i` has token `LISTENER_BASE - i`.
-const LISTENER_BASE: usize = usize::MAX - 1;
+const LISTENER_BASE: usize = usize::MAX - 2;
 const TICK: Duration = Duration::from_secs(1);
 /// How often exited CGI programs are looked for while some are pending.
 const REAP_POLL: Duration = Duration::from_millis(2);
@@ -70,6 +72,12 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     let _ = ready.send(Ok(waker));
     let mut w = shared.worker(index, Box::new(EpollWatcher(registry)));
     w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
+    if let Some(fd) = w.files.changes_fd().map(|fd| fd.as_raw_fd()) {
+        if let Err(e) = poll.registry().register(&mut SourceFd(&fd), FILES, Interest::READABLE) {
+            log!(Level::Warn, "worker {index}: file changes not watched ({e}); open files are checked on each use");
+            w.files.stop_watching();
+        }
+    }
     let mut conns: Slab<Conn> = Slab::with_capacity(1024);
     let mut events = Events::with_capacity(1024);
     let mut next_tick = w.now + TICK;
@@ -97,6 +105,11 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             }
         }
         w.tick_clock();
+        // Files changed before this turn's requests were sent: forget
+        // their cached lengths and validators before answering any.
+        if events.iter().any(|e| e.token() == FILES) {
+            w.files.on_changes();
+        }
         // Each event still to handle is a request waiting on this worker:
         // the "in flight" half of the compression load signal.
         let mut waiting = events.iter().count() as u64;
@@ -104,7 +117,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             w.stats.in_flight.set(waiting);
             waiting -= 1;
             match event.token() {
-                WAKE => {}
+                WAKE | FILES => {}
                 Token(t) if t > LISTENER_BASE - listeners.len() && shutdown_deadline.is_none() => {
                     backlog[LISTENER_BASE - t] = true;
                 }
