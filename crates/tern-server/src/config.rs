@@ -539,6 +539,10 @@ pub struct Cgi {
     /// Run programs even when the server is root (no `server.user`);
     /// otherwise they are refused with `403`. Default false.
     pub allow_root: bool,
+    /// When a request ends, send its program's process group `SIGTERM`,
+    /// then `SIGKILL` a second later, so nothing it started outlives the
+    /// request (a process that called `setsid` escapes). Default true.
+    pub kill_group: bool,
 }
 
 impl Default for Cgi {
@@ -555,6 +559,7 @@ impl Default for Cgi {
             env: BTreeMap::new(),
             pipe_buffer: Bytes(64 * 1024),
             allow_root: false,
+            kill_group: true,
         }
     }
 }

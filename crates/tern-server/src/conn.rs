@@ -62,6 +62,8 @@ enum Clock {
     Body,
     Send,
     Backend,
+    /// The program's output ended; waiting for it to exit.
+    Exit,
     Linger,
 }
 
@@ -334,6 +336,16 @@ impl Conn {
         match b.running.pump(&mut self.out, &params, shared.site.cgi.pipe_buffer) {
             Pump::Wait => None,
             Pump::Progress => None,
+            Pump::AwaitExit => {
+                if let Some(fd) = b.running.exit_fd() {
+                    if let Err(err) = w.watcher.watch(self.key, fd) {
+                        log!(Level::Error, "cannot watch a CGI program's exit: {err}");
+                    }
+                }
+                // A program that closed its output has a moment to exit.
+                self.set_clock(Clock::Exit, w.now);
+                None
+            }
             Pump::Done { keep_alive } => {
                 self.keep_alive &= keep_alive;
                 let b = self.end_backend(w);
@@ -808,11 +820,17 @@ impl Conn {
             Clock::Body => (t.body.0, t.body_min_rate),
             Clock::Send => (t.send.0, t.send_min_rate),
             Clock::Backend => (shared.site.cgi.timeout, 0),
+            Clock::Exit => (reaper::EXIT_GRACE, 0),
             Clock::Linger => (t.linger.0, 0),
         };
         let earned = Duration::from_secs(self.timer.bytes.checked_div(min_rate).unwrap_or(0));
         if w.now.saturating_duration_since(self.timer.start) <= base + earned {
             return Status::Open;
+        }
+        if self.timer.clock == Clock::Exit {
+            log!(Level::Warn, "{}: CGI program closed its output but did not exit: killed", self.peers.peer);
+            self.abort_backend(w);
+            return Status::Closed;
         }
         if self.timer.clock == Clock::Backend {
             w.stats.cgi_timeouts.incr();
@@ -832,7 +850,7 @@ impl Conn {
             Clock::Idle => TimeoutKind::Idle,
             Clock::Header => TimeoutKind::Header,
             Clock::Body => TimeoutKind::Body,
-            Clock::Send | Clock::Linger | Clock::Backend => TimeoutKind::Send,
+            Clock::Send | Clock::Linger | Clock::Backend | Clock::Exit => TimeoutKind::Send,
         };
         if self.timer.clock != Clock::Linger {
             w.stats.timeout(kind);

@@ -1,34 +1,62 @@
 //! Reaping CGI programs: each worker waits for the programs its
 //! connections started, without blocking, and kills what outlives its
 //! output. Below the site, so a worker can own one without knowing CGI.
+//!
+//! When a request ends, its program's process group is sent `SIGTERM`
+//! (with `cgi.kill_group`): a grandchild that closed its output (a
+//! "daemon" started with `&`) would otherwise outlive the request. The
+//! signal goes while the leader is still unreaped, so the group's number
+//! cannot have been reused; whatever is left after [`EXIT_GRACE`] gets
+//! `SIGKILL`. (A group outlives its reaped leader only while members are
+//! left in it, so that later signal reaches a reused number only if the
+//! kernel handed it to a new group leader within the grace.) A process
+//! that called `setsid` has left the group and escapes this; only a
+//! cgroup per program would not be escapable.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, WaitOptions};
 
 /// How long a program may run on after closing its output before it is
-/// killed.
-const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// killed, and what is left in its group gets after `SIGTERM`.
+pub const EXIT_GRACE: Duration = Duration::from_secs(1);
+/// How often exited programs are looked for while some are pending.
+const POLL: Duration = Duration::from_millis(2);
 
 /// Kills a program's whole process group.
 pub fn kill(pid: Pid) {
     let _ = rustix::process::kill_process_group(pid, Signal::KILL);
 }
 
-/// Child processes still to be waited for, per worker: a program that
-/// closed its output may take a moment to exit; one that lingers past
-/// [`EXIT_GRACE`] is killed. Nothing here blocks.
-#[derive(Default)]
+struct Pending {
+    pid: Pid,
+    deadline: Instant,
+    /// The leader is still to be waited for.
+    leader: bool,
+}
+
+/// Child processes still to be waited for, and process groups still to be
+/// killed, per worker. Nothing here blocks.
 pub struct Reaper {
-    pending: Vec<(Pid, Instant)>,
+    pending: Vec<Pending>,
+    kill_group: bool,
 }
 
 impl Reaper {
-    /// Waits for `pid` if it has exited, else remembers it.
-    pub fn collect(&mut self, pid: Pid, now: Instant, running: &std::sync::atomic::AtomicUsize) {
-        if !try_wait(pid, running) {
-            self.pending.push((pid, now + EXIT_GRACE));
+    pub fn new(kill_group: bool) -> Reaper {
+        Reaper { pending: Vec::new(), kill_group }
+    }
+
+    /// The request of program `pid` ended: ends its group (with
+    /// `kill_group`), waits for it if it has exited, else remembers it.
+    pub fn collect(&mut self, pid: Pid, now: Instant, running: &AtomicUsize) {
+        if self.kill_group {
+            let _ = rustix::process::kill_process_group(pid, Signal::TERM);
+        }
+        let leader = !try_wait(pid, running);
+        if leader || group_left(self.kill_group, pid) {
+            self.pending.push(Pending { pid, deadline: now + EXIT_GRACE, leader });
         }
     }
 
@@ -36,31 +64,50 @@ impl Reaper {
         !self.pending.is_empty()
     }
 
-    /// Retries the pending ones; kills those past their grace.
-    pub fn tick(&mut self, now: Instant, running: &std::sync::atomic::AtomicUsize) {
-        self.pending.retain(|&(pid, deadline)| {
-            if try_wait(pid, running) {
-                return false;
+    /// How soon [`Reaper::tick`] has work: at once-ish while a leader may
+    /// exit any moment, else at the first deadline.
+    pub fn wake_in(&self, now: Instant) -> Option<Duration> {
+        if self.pending.iter().any(|p| p.leader) {
+            return Some(POLL);
+        }
+        self.pending.iter().map(|p| p.deadline.saturating_duration_since(now)).min()
+    }
+
+    /// Retries the pending leaders; kills the groups past their grace.
+    pub fn tick(&mut self, now: Instant, running: &AtomicUsize) {
+        let kill_group = self.kill_group;
+        self.pending.retain_mut(|p| {
+            if p.leader && try_wait(p.pid, running) {
+                p.leader = false;
+                if !group_left(kill_group, p.pid) {
+                    return false;
+                }
             }
-            if now >= deadline {
-                kill(pid);
+            if now >= p.deadline {
+                kill(p.pid);
+                return p.leader;
             }
             true
         });
     }
 
     /// At shutdown: kill and wait for everything.
-    pub fn kill_all(&mut self, running: &std::sync::atomic::AtomicUsize) {
-        for (pid, _) in self.pending.drain(..) {
-            kill(pid);
-            if rustix::process::waitpid(Some(pid), WaitOptions::empty()).is_ok() {
+    pub fn kill_all(&mut self, running: &AtomicUsize) {
+        for p in self.pending.drain(..) {
+            kill(p.pid);
+            if p.leader && rustix::process::waitpid(Some(p.pid), WaitOptions::empty()).is_ok() {
                 running.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
 }
 
-fn try_wait(pid: Pid, running: &std::sync::atomic::AtomicUsize) -> bool {
+/// Whether the (reaped) leader's group still has members to kill.
+fn group_left(kill_group: bool, pid: Pid) -> bool {
+    kill_group && rustix::process::test_kill_process_group(pid).is_ok()
+}
+
+fn try_wait(pid: Pid, running: &AtomicUsize) -> bool {
     match rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
         Ok(Some(_)) | Err(_) => {
             running.fetch_sub(1, Ordering::AcqRel);

@@ -109,7 +109,7 @@ impl<'s> Worker<'s> {
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
             watcher,
-            reaper: Reaper::default(),
+            reaper: Reaper::new(config.cgi.kill_group),
             listeners: Vec::new(),
             peak: 0,
         }

@@ -33,8 +33,6 @@ const FILES: Token = Token(usize::MAX - 1);
 /// Listener `i` has token `LISTENER_BASE - i`.
 const LISTENER_BASE: usize = usize::MAX - 2;
 const TICK: Duration = Duration::from_secs(1);
-/// How often exited CGI programs are looked for while some are pending.
-const REAP_POLL: Duration = Duration::from_millis(2);
 /// Connections accepted per listener per loop turn, so a flood of new
 /// connections cannot starve the ones already open.
 const ACCEPT_BATCH: usize = 64;
@@ -92,8 +90,8 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
         // look again soon rather than at the next tick; a listener with a
         // backlog is accepted from at once.
         let mut timeout = next_tick.saturating_duration_since(w.now);
-        if w.reaper.has_pending() {
-            timeout = timeout.min(REAP_POLL);
+        if let Some(reap) = w.reaper.wake_in(w.now) {
+            timeout = timeout.min(reap);
         }
         if backlog.contains(&true) {
             timeout = Duration::ZERO;

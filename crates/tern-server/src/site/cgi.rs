@@ -6,7 +6,16 @@
 //! sealed in-memory file (no pipe to feed, no deadlock), writes its output to
 //! a non-blocking pipe that the engine watches like a socket, and its
 //! standard error goes straight to the error log. Processes are reaped
-//! without blocking; anything that outlives its output is killed.
+//! without blocking; anything that outlives its output is killed, and
+//! when a request ends, what the program left in its group is too
+//! (`cgi.kill_group`).
+//!
+//! A response is complete only when its program exited with status 0:
+//! after the output ends, the last bytes (the chunked terminator, or the
+//! last byte of a `Content-Length` body) wait for the exit status, read
+//! without reaping through a pidfd the engine watches. A program that
+//! crashed or failed after its head gets its response cut short and the
+//! connection closed, so the client can tell.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -20,7 +29,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rustix::fs::FileType;
-use rustix::process::Pid;
+use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
 use tern_http::request::TargetForm;
 use tern_http::{Method, Request, Version};
 
@@ -273,6 +282,8 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
         output: Output::Head(Vec::new()),
         status: 0,
         body_bytes: 0,
+        held: None,
+        exit_fd: None,
     })
 }
 
@@ -382,6 +393,8 @@ enum Output {
     Head(Vec<u8>),
     /// Relaying the body.
     Body(Framing, u64),
+    /// The output ended; waiting for the exit status to end the framing.
+    Exiting(Framing, u64),
     /// Finished.
     Done,
 }
@@ -402,6 +415,11 @@ pub struct Running {
     pub status: u16,
     /// Body bytes relayed.
     pub body_bytes: u64,
+    /// The last byte of a `Content-Length` body, sent once the program
+    /// exited cleanly.
+    held: Option<u8>,
+    /// A pidfd, readable once the program exits (while waiting for it).
+    exit_fd: Option<OwnedFd>,
 }
 
 /// What relaying found.
@@ -410,6 +428,9 @@ pub enum Pump {
     Wait,
     /// Response bytes were queued.
     Progress,
+    /// The program's output ended but it has not exited yet: watch
+    /// [`Running::exit_fd`] and pump again when it is readable.
+    AwaitExit,
     /// The program's output ended; `keep_alive` says whether the response
     /// was complete and framed so the connection can be reused.
     Done { keep_alive: bool },
@@ -474,6 +495,7 @@ impl Running {
                 self.on_head(out, params, head)
             }
             Output::Body(..) => self.relay(out, chunk),
+            Output::Exiting(..) => self.ended(out),
             Output::Done => Pump::Done { keep_alive: false },
         }
     }
@@ -585,7 +607,7 @@ impl Running {
                     self.may_read = false;
                     return Pump::Wait;
                 }
-                return self.finish(out);
+                return self.ended(out);
             }
         };
         if n < spare && !self.eof_pending {
@@ -593,7 +615,7 @@ impl Running {
         }
         if n == 0 {
             out.buf.truncate(at);
-            return self.finish(out);
+            return self.ended(out);
         }
         self.frame(out, at, room);
         out.commit_buf();
@@ -610,6 +632,10 @@ impl Running {
             let keep = ((out.buf.len() - data_at) as u64).min(*remaining) as usize;
             out.buf.truncate(data_at + keep);
             *remaining -= keep as u64;
+            if *remaining == 0 && keep > 0 && !self.head_only {
+                // The body's last byte waits for the exit status.
+                self.held = out.buf.pop();
+            }
         }
         let n = out.buf.len() - data_at;
         if n == 0 || self.head_only {
@@ -629,24 +655,89 @@ impl Running {
         }
     }
 
-    /// The output ended: close the framing.
-    fn finish(&mut self, out: &mut OutQueue) -> Pump {
-        let Output::Body(framing, remaining) = std::mem::replace(&mut self.output, Output::Done) else {
-            return Pump::Done { keep_alive: false };
+    /// The output ended: close the framing once the exit status is known.
+    fn ended(&mut self, out: &mut OutQueue) -> Pump {
+        let (framing, remaining) = match self.output {
+            Output::Body(f, r) | Output::Exiting(f, r) => (f, r),
+            _ => return Pump::Done { keep_alive: false },
         };
-        let keep_alive = match framing {
-            Framing::Chunked => {
-                if !self.head_only {
-                    out.buf.extend_from_slice(b"0\r\n\r\n");
-                    out.commit_buf();
+        let waits = !self.head_only
+            && match framing {
+                Framing::Chunked => true,
+                Framing::Length(_) => remaining == 0 && self.held.is_some(),
+                Framing::Close => false,
+            };
+        if !waits {
+            // Nothing left that could tell a client the response is cut.
+            return self.finish(out, framing, remaining, true);
+        }
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        match waitid(WaitId::Pid(self.pid), options) {
+            Ok(Some(status)) => {
+                let clean = status.exit_status() == Some(0);
+                if !clean {
+                    log!(Level::Warn, "CGI program {}; its response was cut short", describe(&status));
                 }
+                self.finish(out, framing, remaining, clean)
+            }
+            Ok(None) => {
+                // From now on readiness is the pidfd's.
+                self.may_read = false;
+                self.output = Output::Exiting(framing, remaining);
+                if self.exit_fd.is_none() {
+                    match rustix::process::pidfd_open(self.pid, rustix::process::PidfdFlags::empty()) {
+                        Ok(fd) => self.exit_fd = Some(fd),
+                        // No pidfd: the output's end must do.
+                        Err(_) => return self.finish(out, framing, remaining, true),
+                    }
+                    return Pump::AwaitExit;
+                }
+                Pump::Wait
+            }
+            // Already reaped, or not ours: nothing tells it went wrong.
+            Err(_) => self.finish(out, framing, remaining, true),
+        }
+    }
+
+    /// The descriptor to watch after [`Pump::AwaitExit`].
+    pub fn exit_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.exit_fd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// Closes the framing: completely when the program exited cleanly,
+    /// else not at all (the connection closes, the client sees the cut).
+    fn finish(&mut self, out: &mut OutQueue, framing: Framing, remaining: u64, clean: bool) -> Pump {
+        self.output = Output::Done;
+        self.exit_fd = None;
+        let keep_alive = match framing {
+            _ if self.head_only => framing != Framing::Close,
+            _ if !clean => false,
+            Framing::Chunked => {
+                out.buf.extend_from_slice(b"0\r\n\r\n");
+                out.commit_buf();
                 true
             }
             // A body shorter than announced cannot be completed: close.
-            Framing::Length(_) => remaining == 0 || self.head_only,
+            Framing::Length(_) => {
+                if let Some(last) = self.held.take() {
+                    out.buf.push(last);
+                    out.commit_buf();
+                    self.body_bytes += 1;
+                }
+                remaining == 0
+            }
             Framing::Close => false,
         };
         Pump::Done { keep_alive }
+    }
+}
+
+/// How a program ended, for the error log.
+fn describe(status: &rustix::process::WaitIdStatus) -> String {
+    match (status.exit_status(), status.terminating_signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        _ => "ended abnormally".to_string(),
     }
 }
 
