@@ -329,9 +329,11 @@ pub struct Compression {
     /// family. Default: text, JavaScript, JSON, XML, SVG, wasm and fonts
     /// that are not already compressed.
     pub mime_types: Vec<String>,
-    /// Hard cap on the compressed bytes held in memory; past it nothing new
-    /// is cached. Default `"64MiB"`.
+    /// Hard cap on the compressed bytes held in memory. Default `"64MiB"`.
     pub cache_memory: Bytes,
+    /// What happens to a new variant when the cache is full. Default
+    /// `"evict"`.
+    pub when_full: WhenFull,
     /// An entry unused this long is freed. Default `"5m"`.
     pub idle: Seconds,
     /// Whether to defer cold files under load; false compresses every cold
@@ -381,6 +383,7 @@ impl Default for Compression {
             .map(String::from)
             .to_vec(),
             cache_memory: Bytes(64 << 20),
+            when_full: WhenFull::Evict,
             idle: Seconds(Duration::from_secs(300)),
             adaptive: true,
             busy_accept_queue: 8,
@@ -390,6 +393,17 @@ impl Default for Compression {
             sidecars: true,
         }
     }
+}
+
+/// `compression.when_full`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WhenFull {
+    /// Admit a variant asked for more often than the least used cached
+    /// ones, evicting those (TinyLFU-style).
+    Evict,
+    /// Cache nothing new until entries go idle: whatever came first stays.
+    Refuse,
 }
 
 /// A content coding tern can produce.

@@ -336,8 +336,12 @@ fn the_memory_cap_holds_with_a_thousand_files() {
         files.push(text);
     }
     let cap = 100 * 1024;
-    let tern =
-        Tern::start(dir.path(), "sendfile", &format!("[compression]\nadaptive = false\ncache_memory = {cap}\n"), &[]);
+    let tern = Tern::start(
+        dir.path(),
+        "sendfile",
+        &format!("[compression]\nadaptive = false\ncache_memory = {cap}\nwhen_full = \"refuse\"\n"),
+        &[],
+    );
     let mut c = Client::new(tern.addr);
     let mut compressed = 0;
     for (i, text) in files.iter().enumerate() {
@@ -357,7 +361,8 @@ fn the_memory_cap_holds_with_a_thousand_files() {
     assert!(used <= cap && used > cap * 8 / 10, "{used} of {cap}");
     assert!(num(&s, &["full"]) > 0, "{s}");
     assert!(compressed > 50 && compressed < 1000, "{compressed} compressed");
-    // Past the cap nothing new is compressed: the cached files still hit.
+    // Refused past the cap, nothing new is compressed: the cached files
+    // still hit.
     let r = c.get("/p0.html", Some("gzip"));
     assert_eq!(r.header("content-encoding"), Some("gzip"));
     let r = c.get("/p999.html", Some("gzip"));
@@ -524,4 +529,58 @@ fn the_switch_turns_it_off() {
     assert!(metrics.contains("tern_compression_hits_total 0"), "{metrics}");
     assert!(metrics.contains("tern_compression_cache_memory_bytes 0"));
     assert!(metrics.contains("tern_compression_compressions_total{coding=\"gzip\"} 0"));
+}
+
+/// A page of `len` bytes that compresses about 4:3 (base64-like text): a
+/// hundred of them do not fit in a few MiB of compressed cache.
+fn dense_page(len: usize, seed: u64) -> Vec<u8> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    common::pattern(len, seed).iter().map(|b| ALPHABET[usize::from(b % 64)]).collect()
+}
+
+/// 150 pages of 100 KB against an 8 MiB cache: the first sweep fills it
+/// with the first ~100; the last 20 are then asked for again and again.
+/// `evict` (the default) makes room for them; `refuse` keeps them out.
+#[test]
+fn when_full_the_most_used_variants_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let pages: Vec<Vec<u8>> = (0..150u64).map(|i| dense_page(100_000, 500 + i)).collect();
+    for (i, p) in pages.iter().enumerate() {
+        write(dir.path(), &format!("d{i}.html"), p);
+    }
+    let cap: u64 = 8 << 20;
+    let hot = 130..150;
+    for policy in ["evict", "refuse"] {
+        let config = format!("[compression]\nadaptive = false\ncache_memory = \"8MiB\"\nwhen_full = \"{policy}\"\n");
+        let tern = Tern::start(dir.path(), "sendfile", &config, &[]);
+        let mut c = Client::new(tern.addr);
+        for (i, p) in pages.iter().enumerate() {
+            let r = c.get(&format!("/d{i}.html"), Some("gzip"));
+            assert_eq!(decode(r.header("content-encoding"), &r.body), *p, "{policy}: page {i}");
+        }
+        let s = status_json(tern.addr);
+        assert!(num(&s, &["full"]) > 0 && num(&s, &["memory_bytes"]) <= cap, "{policy}: the first sweep fills it: {s}");
+        for _ in 0..3 {
+            for i in hot.clone() {
+                let r = c.get(&format!("/d{i}.html"), Some("gzip"));
+                assert_eq!(decode(r.header("content-encoding"), &r.body), pages[i], "{policy}: page {i}");
+                assert!(num(&status_json(tern.addr), &["memory_bytes"]) <= cap, "{policy}: over the cap");
+            }
+        }
+        let before = num(&status_json(tern.addr), &["hits"]);
+        let gzipped = hot
+            .clone()
+            .filter(|i| c.get(&format!("/d{i}.html"), Some("gzip")).header("content-encoding") == Some("gzip"))
+            .count();
+        let s = status_json(tern.addr);
+        let hits = num(&s, &["hits"]) - before;
+        assert!(num(&s, &["memory_bytes"]) <= cap, "{policy}: {s}");
+        if policy == "evict" {
+            assert_eq!((gzipped, hits), (20, 20), "evict: every hot page is a cache hit: {s}");
+            assert!(num(&s, &["displaced"]) >= 20, "evict: cold variants made room: {s}");
+        } else {
+            assert_eq!((gzipped, hits), (0, 0), "refuse: the hot pages stay locked out: {s}");
+            assert_eq!(num(&s, &["displaced"]), 0, "{s}");
+        }
+    }
 }

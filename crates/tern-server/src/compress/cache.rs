@@ -10,8 +10,17 @@
 //! - **Budget**: every entry reserves its bytes before it is inserted and
 //!   gives them back when its last reference goes (an evicted entry still
 //!   being sent keeps counting). Reservation is a compare-and-swap that
-//!   fails instead of passing the cap, so the cap is never exceeded; past
-//!   it nothing new is cached.
+//!   fails instead of passing the cap, so the cap is never exceeded.
+//! - **When full** (`compression.when_full`): `refuse` caches nothing new
+//!   past the cap (whatever came first stays). `evict`, the default, is a
+//!   TinyLFU-style admission: every miss is counted in a small count-min
+//!   sketch, every hit on its entry; a variant that does not fit is
+//!   admitted only if it has been asked for more often than the least used
+//!   entries of a sample of shards, which are then evicted to make room
+//!   (least used first, then least recently). Counts are halved every
+//!   [`AGE_EVERY`], so yesterday's hot pages do not stay forever. A hit
+//!   pays one relaxed atomic add for this, on the line its `Arc` clone
+//!   touches anyway.
 //! - **Single flight**: the first miss on a key inserts a `Busy` slot and
 //!   gets a [`Claim`]; later misses see `Busy` and do not compress. The
 //!   claim fills the slot, or removes it when dropped unfilled (a failed
@@ -22,15 +31,23 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use tern_http::accept_encoding::Coding;
 
+use crate::config::WhenFull;
 use crate::open_files::Identity;
 
 const SHARDS: usize = 16;
+/// Shards searched for entries to evict when a variant does not fit.
+const VICTIM_SHARDS: usize = 4;
+/// How often use counts are halved.
+pub const AGE_EVERY: Duration = Duration::from_secs(10);
+/// Count-min sketch: rows × counters per row (a power of two).
+const SKETCH_ROWS: usize = 4;
+const SKETCH_WIDTH: usize = 4096;
 /// Bytes charged per entry beyond its body and head lines: the entry, the
 /// map slot, the allocations' headers.
 pub const ENTRY_OVERHEAD: u64 = 192;
@@ -65,6 +82,9 @@ pub struct Entry {
     pub last_modified: u64,
     /// Seconds since the cache's epoch at the last use.
     last_used: AtomicU64,
+    /// Uses (the misses before it was made, then its hits), halved every
+    /// [`AGE_EVERY`]: what eviction compares.
+    uses: AtomicU32,
     /// Bytes reserved against the budget, given back on drop (none for an
     /// entry that could not be cached).
     reserved: Option<(Arc<Budget>, u64)>,
@@ -79,7 +99,17 @@ impl Entry {
         etag: Box<[u8]>,
         last_modified: u64,
     ) -> Entry {
-        Entry { identity, sidecar, body, headers, etag, last_modified, last_used: AtomicU64::new(0), reserved: None }
+        Entry {
+            identity,
+            sidecar,
+            body,
+            headers,
+            etag,
+            last_modified,
+            last_used: AtomicU64::new(0),
+            uses: AtomicU32::new(0),
+            reserved: None,
+        }
     }
 
     pub fn body(&self) -> &[u8] {
@@ -151,6 +181,9 @@ pub struct CacheStats {
     pub stale: AtomicU64,
     /// Variants not cached because the memory cap was reached.
     pub full: AtomicU64,
+    /// Entries evicted to make room for more used ones (`when_full =
+    /// "evict"`).
+    pub displaced: AtomicU64,
     /// Ready entries in the map.
     pub entries: AtomicU64,
 }
@@ -189,23 +222,69 @@ pub enum Lookup {
     Full,
 }
 
+/// How often each key was missed lately (a count-min sketch of 8-bit
+/// saturating counters): the frequency of variants not in the cache.
+struct Sketch(Box<[AtomicU8]>);
+
+impl Sketch {
+    fn new() -> Sketch {
+        Sketch((0..SKETCH_ROWS * SKETCH_WIDTH).map(|_| AtomicU8::new(0)).collect())
+    }
+
+    fn slots(hash: u64) -> impl Iterator<Item = usize> {
+        let step = (hash >> 32) | 1;
+        (0..SKETCH_ROWS).map(move |row| {
+            row * SKETCH_WIDTH + (hash.wrapping_add(step.wrapping_mul(row as u64)) as usize & (SKETCH_WIDTH - 1))
+        })
+    }
+
+    /// Counts one more miss of `hash`; returns its estimated count.
+    fn add(&self, hash: u64) -> u32 {
+        Sketch::slots(hash)
+            .map(|i| {
+                let c = &self.0[i];
+                let n = c.load(Relaxed).saturating_add(1);
+                c.store(n, Relaxed);
+                u32::from(n)
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    fn halve(&self) {
+        for c in self.0.iter() {
+            c.store(c.load(Relaxed) / 2, Relaxed);
+        }
+    }
+}
+
 pub struct Cache {
     shards: Box<[RwLock<HashMap<Key, Slot>>]>,
     hasher: RandomState,
     budget: Arc<Budget>,
     idle: Duration,
     epoch: Instant,
+    when_full: WhenFull,
+    sketch: Sketch,
+    /// The next shard to look for victims in.
+    cursor: AtomicUsize,
+    /// Tick of the last halving of the use counts.
+    aged: AtomicU64,
     pub stats: CacheStats,
 }
 
 impl Cache {
-    pub fn new(cap: u64, idle: Duration) -> Cache {
+    pub fn new(cap: u64, idle: Duration, when_full: WhenFull) -> Cache {
         Cache {
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             budget: Arc::new(Budget { cap, used: AtomicU64::new(0) }),
             idle,
             epoch: Instant::now(),
+            when_full,
+            sketch: Sketch::new(),
+            cursor: AtomicUsize::new(0),
+            aged: AtomicU64::new(0),
             stats: CacheStats::default(),
         }
     }
@@ -216,6 +295,10 @@ impl Cache {
 
     fn tick(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.epoch).as_secs()
+    }
+
+    pub fn when_full(&self) -> WhenFull {
+        self.when_full
     }
 
     /// Bytes held now, and the cap.
@@ -235,6 +318,7 @@ impl Cache {
                 if e.last_used.load(Relaxed) != tick {
                     e.last_used.store(tick, Relaxed);
                 }
+                e.uses.fetch_add(1, Relaxed);
                 Some(Lookup::Hit(e.clone()))
             }
             Some(Slot::Busy) => Some(Lookup::Busy),
@@ -247,15 +331,58 @@ impl Cache {
         if let Some(found) = fresh(map.get(&key)) {
             return found;
         }
-        if !self.budget.would_fit(estimate + ENTRY_OVERHEAD) {
-            self.stats.full.fetch_add(1, Relaxed);
-            return Lookup::Full;
+        let uses = self.sketch.add(self.hasher.hash_one(key));
+        let needed = estimate + ENTRY_OVERHEAD;
+        if !self.budget.would_fit(needed) {
+            // Room is made with one shard locked at a time, never two.
+            drop(map);
+            if self.when_full == WhenFull::Refuse || !self.make_room(needed, uses) {
+                self.stats.full.fetch_add(1, Relaxed);
+                return Lookup::Full;
+            }
+            map = shard.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(found) = fresh(map.get(&key)) {
+                return found;
+            }
         }
         if let Some(Slot::Ready(_)) = map.insert(key, Slot::Busy) {
             self.stats.stale.fetch_add(1, Relaxed);
             self.stats.entries.fetch_sub(1, Relaxed);
         }
-        Lookup::Claimed(Claim { cache: self.clone(), key, filled: false })
+        Lookup::Claimed(Claim { cache: self.clone(), key, filled: false, uses })
+    }
+
+    /// Evicts entries used less than `uses` times, least used (then least
+    /// recently used) first, from a few shards in turn, until `needed`
+    /// bytes would fit; false if they still would not.
+    fn make_room(&self, needed: u64, uses: u32) -> bool {
+        for _ in 0..VICTIM_SHARDS {
+            let i = self.cursor.fetch_add(1, Relaxed) % SHARDS;
+            let mut map = self.shards[i].write().unwrap_or_else(|e| e.into_inner());
+            let mut victims: Vec<(u32, u64, Key)> = map
+                .iter()
+                .filter_map(|(k, slot)| match slot {
+                    Slot::Ready(e) => {
+                        let n = e.uses.load(Relaxed);
+                        (n < uses).then(|| (n, e.last_used.load(Relaxed), *k))
+                    }
+                    Slot::Busy => None,
+                })
+                .collect();
+            victims.sort_unstable_by_key(|&(n, last, _)| (n, last));
+            for (_, _, key) in victims {
+                if self.budget.would_fit(needed) {
+                    return true;
+                }
+                map.remove(&key);
+                self.stats.displaced.fetch_add(1, Relaxed);
+                self.stats.entries.fetch_sub(1, Relaxed);
+            }
+            if self.budget.would_fit(needed) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Removes `entry` from the map if it is still the one under `key`
@@ -269,18 +396,31 @@ impl Cache {
         }
     }
 
-    /// Drops the entries unused for the idle interval; returns how many.
+    /// Drops the entries unused for the idle interval (and halves the use
+    /// counts every [`AGE_EVERY`]); returns how many were dropped.
     pub fn sweep(&self, now: Instant) -> u64 {
-        let Some(limit) = self.tick(now).checked_sub(self.idle.as_secs().max(1)) else { return 0 };
+        let tick = self.tick(now);
+        let age = tick >= self.aged.load(Relaxed) + AGE_EVERY.as_secs();
+        if age {
+            self.aged.store(tick, Relaxed);
+            self.sketch.halve();
+        }
+        let limit = tick.checked_sub(self.idle.as_secs().max(1));
         let mut evicted = 0;
         for shard in self.shards.iter() {
             let mut map = shard.write().unwrap_or_else(|e| e.into_inner());
             map.retain(|_, slot| match slot {
-                Slot::Ready(e) if e.last_used.load(Relaxed) < limit => {
+                Slot::Ready(e) if limit.is_some_and(|limit| e.last_used.load(Relaxed) < limit) => {
                     evicted += 1;
                     false
                 }
-                _ => true,
+                Slot::Ready(e) => {
+                    if age {
+                        e.uses.store(e.uses.load(Relaxed) / 2, Relaxed);
+                    }
+                    true
+                }
+                Slot::Busy => true,
             });
         }
         self.stats.evictions.fetch_add(evicted, Relaxed);
@@ -300,6 +440,8 @@ pub struct Claim {
     cache: Arc<Cache>,
     key: Key,
     filled: bool,
+    /// The variant's misses so far: its entry starts with them.
+    uses: u32,
 }
 
 impl Claim {
@@ -319,6 +461,7 @@ impl Claim {
             cache.stats.full.fetch_add(1, Relaxed);
         }
         entry.last_used.store(cache.tick(now), Relaxed);
+        entry.uses.store(self.uses, Relaxed);
         let entry = Arc::new(entry);
         let mut map = cache.shard(&self.key).write().unwrap_or_else(|e| e.into_inner());
         if cached {
@@ -364,7 +507,7 @@ mod tests {
 
     #[test]
     fn single_flight_then_hit_then_stale() {
-        let cache = Arc::new(Cache::new(1 << 20, Duration::from_secs(60)));
+        let cache = Arc::new(Cache::new(1 << 20, Duration::from_secs(60), WhenFull::Refuse));
         let now = Instant::now();
         let id = identity(5, 1000, 10);
         let key = Key::new(&id, Coding::Gzip);
@@ -385,7 +528,7 @@ mod tests {
     #[test]
     fn the_cap_is_never_exceeded() {
         let cap = 100_000;
-        let cache = Arc::new(Cache::new(cap, Duration::from_secs(60)));
+        let cache = Arc::new(Cache::new(cap, Duration::from_secs(60), WhenFull::Refuse));
         let now = Instant::now();
         let (mut cached, mut refused) = (0, 0);
         for ino in 0..1000 {
@@ -409,7 +552,7 @@ mod tests {
 
     #[test]
     fn idle_entries_are_swept_and_memory_returns() {
-        let cache = Arc::new(Cache::new(1 << 20, Duration::from_secs(2)));
+        let cache = Arc::new(Cache::new(1 << 20, Duration::from_secs(2), WhenFull::Refuse));
         let start = Instant::now();
         let a = identity(1, 1000, 1);
         let b = identity(2, 1000, 1);
@@ -428,5 +571,35 @@ mod tests {
         assert!(before >= 2 * 400);
         drop(held);
         assert_eq!(cache.memory().0, before - (400 + 6 + 3 + ENTRY_OVERHEAD));
+    }
+
+    #[test]
+    fn evict_admits_what_is_asked_for_more_often_and_keeps_the_cap() {
+        let cap = 20_000;
+        let cache = Arc::new(Cache::new(cap, Duration::from_secs(60), WhenFull::Evict));
+        let now = Instant::now();
+        let fill = |ino: u64| {
+            let id = identity(ino, 900, 1);
+            match cache.lookup(Key::new(&id, Coding::Gzip), &id, 900, now) {
+                Lookup::Claimed(c) => {
+                    c.fill(entry(id, 800), now);
+                    true
+                }
+                Lookup::Full => false,
+                _ => unreachable!(),
+            }
+        };
+        // Cold: each asked for once; past the cap they are refused, not
+        // swapped for each other.
+        let cold: Vec<bool> = (0..40).map(fill).collect();
+        assert!(cold.iter().any(|&c| !c) && cache.memory().0 <= cap);
+        let refused = cold.iter().position(|&c| !c).unwrap() as u64;
+        let displaced = cache.stats.displaced.load(Relaxed);
+        assert_eq!(displaced, 0);
+        // Asked for again: more than any cached one, so it gets in.
+        assert!(fill(refused));
+        assert!(cache.stats.displaced.load(Relaxed) > 0 && cache.memory().0 <= cap);
+        let id = identity(refused, 900, 1);
+        assert!(matches!(cache.lookup(Key::new(&id, Coding::Gzip), &id, 900, now), Lookup::Hit(_)));
     }
 }

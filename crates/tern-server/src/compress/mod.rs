@@ -93,7 +93,7 @@ impl Compression {
                 offered.push(coding);
             }
         }
-        let cache = Arc::new(Cache::new(c.cache_memory.0, c.idle.0));
+        let cache = Arc::new(Cache::new(c.cache_memory.0, c.idle.0, c.when_full));
         let s = &config.server;
         let root = if c.sidecars {
             Some(Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {

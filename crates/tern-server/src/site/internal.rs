@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use tern_http::{Method, Request};
 
 use crate::compress::Compression;
+use crate::config::WhenFull;
 use crate::metrics::Totals;
 use crate::reply::Reply;
 use crate::static_io::METHODS;
@@ -141,6 +142,11 @@ fn compression_json(c: &Compression, t: &Totals) -> serde_json::Value {
         "evictions": stats.evictions.load(Relaxed),
         "stale": stats.stale.load(Relaxed),
         "full": stats.full.load(Relaxed),
+        "displaced": stats.displaced.load(Relaxed),
+        "when_full": match c.cache.when_full() {
+            WhenFull::Evict => "evict",
+            WhenFull::Refuse => "refuse",
+        },
         "sidecars": stats.sidecars.load(Relaxed),
         "codings": codings,
     })
@@ -183,6 +189,12 @@ fn compression_prometheus(s: &mut String, c: &Compression, t: &Totals) {
     );
     metric("stale_total", "counter", "Variants replaced because the file changed.", &[("", stats.stale.load(Relaxed))]);
     metric("full_total", "counter", "Variants not cached: memory cap reached.", &[("", stats.full.load(Relaxed))]);
+    metric(
+        "displaced_total",
+        "counter",
+        "Variants evicted to make room for more used ones.",
+        &[("", stats.displaced.load(Relaxed))],
+    );
     metric(
         "sidecars_total",
         "counter",
