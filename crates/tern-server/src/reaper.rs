@@ -2,12 +2,12 @@
 //! connections started, without blocking, and kills what outlives its
 //! output. Below the site, so a worker can own one without knowing CGI.
 //!
-//! When a request ends, its program's process group is sent `SIGTERM`
-//! (with `cgi.kill_group`): a grandchild that closed its output (a
-//! "daemon" started with `&`) would otherwise outlive the request. The
+//! When a request's program has exited, its process group is sent
+//! `SIGTERM` (with `cgi.kill_group`): a grandchild that closed its output
+//! (a "daemon" started with `&`) would otherwise outlive the request. The
 //! signal goes while the leader is still unreaped, so the group's number
 //! cannot have been reused; whatever is left after [`EXIT_GRACE`] gets
-//! `SIGKILL`. (A group outlives its reaped leader only while members are
+//! `SIGKILL` (as does a leader still running then). (A group outlives its reaped leader only while members are
 //! left in it, so that later signal reaches a reused number only if the
 //! kernel handed it to a new group leader within the grace.) A process
 //! that called `setsid` has left the group and escapes this; only a
@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, Signal, WaitOptions};
+use rustix::process::{Pid, Signal, WaitId, WaitIdOptions, WaitOptions};
 
 /// How long a program may run on after closing its output before it is
 /// killed, and what is left in its group gets after `SIGTERM`.
@@ -48,13 +48,11 @@ impl Reaper {
         Reaper { pending: Vec::new(), kill_group }
     }
 
-    /// The request of program `pid` ended: ends its group (with
-    /// `kill_group`), waits for it if it has exited, else remembers it.
+    /// The request of program `pid` ended: if it has exited, ends its
+    /// group (with `kill_group`) and waits for it; else remembers it (it
+    /// has [`EXIT_GRACE`] to exit).
     pub fn collect(&mut self, pid: Pid, now: Instant, running: &AtomicUsize) {
-        if self.kill_group {
-            let _ = rustix::process::kill_process_group(pid, Signal::TERM);
-        }
-        let leader = !try_wait(pid, running);
+        let leader = !end(self.kill_group, pid, running);
         if leader || group_left(self.kill_group, pid) {
             self.pending.push(Pending { pid, deadline: now + EXIT_GRACE, leader });
         }
@@ -77,7 +75,7 @@ impl Reaper {
     pub fn tick(&mut self, now: Instant, running: &AtomicUsize) {
         let kill_group = self.kill_group;
         self.pending.retain_mut(|p| {
-            if p.leader && try_wait(p.pid, running) {
+            if p.leader && end(kill_group, p.pid, running) {
                 p.leader = false;
                 if !group_left(kill_group, p.pid) {
                     return false;
@@ -107,12 +105,21 @@ fn group_left(kill_group: bool, pid: Pid) -> bool {
     kill_group && rustix::process::test_kill_process_group(pid).is_ok()
 }
 
-fn try_wait(pid: Pid, running: &AtomicUsize) -> bool {
-    match rustix::process::waitpid(Some(pid), WaitOptions::NOHANG) {
-        Ok(Some(_)) | Err(_) => {
-            running.fetch_sub(1, Ordering::AcqRel);
-            true
+/// If program `pid` has exited: sends its group `SIGTERM` (with
+/// `kill_group`) while it is still unreaped, so the group's number is still
+/// its own, then reaps it. Returns whether it was reaped.
+fn end(kill_group: bool, pid: Pid, running: &AtomicUsize) -> bool {
+    let exited = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    match rustix::process::waitid(WaitId::Pid(pid), exited) {
+        Ok(None) => return false,
+        Ok(Some(_)) if kill_group => {
+            let _ = rustix::process::kill_process_group(pid, Signal::TERM);
         }
-        Ok(None) => false,
+        _ => {}
     }
+    // Reaped now (or, on an error, not ours to wait for): either way no
+    // longer running.
+    let _ = rustix::process::waitpid(Some(pid), WaitOptions::NOHANG);
+    running.fetch_sub(1, Ordering::AcqRel);
+    true
 }
