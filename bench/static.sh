@@ -22,7 +22,10 @@
 #   -r, --reps N            repetitions (median reported)    REPS=3
 #   -w, --workers N         server workers/threads           WORKERS=2
 #   -s, --servers LIST      comma list of nginx,lighttpd,h2o,minimal,
-#                           tern-sendfile,tern-mmap,tern-read   SERVERS=all
+#                           tern-default,tern-sendfile,tern-mmap,tern-read
+#                                                            SERVERS=all
+#                           (tern-default: no --io, i.e. static.io = "auto"; its
+#                           decision is saved as io.json beside its logs)
 #   -z, --sizes LIST        comma list of 1k,40k,1m          SIZES=1k,40k,1m
 #       --warmup S          warm-up seconds per size         WARMUP=1
 #       --strace-duration S syscall-count run seconds        STRACE_DUR=3
@@ -51,7 +54,7 @@ CONNS=${CONNS:-64}
 THREADS=${THREADS:-1}
 REPS=${REPS:-3}
 WORKERS=${WORKERS:-2}
-SERVERS=${SERVERS:-nginx,lighttpd,h2o,minimal,tern-sendfile,tern-mmap,tern-read}
+SERVERS=${SERVERS:-nginx,lighttpd,h2o,minimal,tern-default,tern-sendfile,tern-mmap,tern-read}
 SIZES=${SIZES:-1k,40k,1m}
 WARMUP=${WARMUP:-1}
 STRACE_DUR=${STRACE_DUR:-3}
@@ -63,7 +66,7 @@ NO_RSS=${NO_RSS:-0}
 SEQUENTIAL=${SEQUENTIAL:-0}
 
 readonly PACKAGES=(nginx lighttpd h2o wrk strace curl gcc libc6-dev python3 procps iproute2 util-linux)
-readonly ALL_SERVERS=(nginx lighttpd h2o minimal tern-sendfile tern-mmap tern-read)
+readonly ALL_SERVERS=(nginx lighttpd h2o minimal tern-default tern-sendfile tern-mmap tern-read)
 declare -A SIZE_BYTES=([1k]=1024 [40k]=40960 [1m]=1048576)
 
 usage() {
@@ -225,7 +228,8 @@ start_server() {
             if [[ $TERN_OK != 1 ]]; then return 1; fi
             render "$ROOT/bench/peers/tern.toml.tmpl" "$RUNDIR/tern.toml" $((MAXFDS - 100 < 20000 ? MAXFDS - 100 : 20000))
             cmd=("$TERN_BIN" serve "$DOCROOT" --listen "127.0.0.1:$PORT" --workers "$WORKERS"
-                 --io "${name#tern-}" --access-log off --config "$RUNDIR/tern.toml") ;;
+                 --access-log off --config "$RUNDIR/tern.toml")
+            [[ $name == tern-default ]] || cmd+=(--io "${name#tern-}") ;;
     esac
     printf '%q ' "${cmd[@]}" >"$RUNDIR/command.txt"
     # Own session and process group: lighttpd signals its whole process group
@@ -248,7 +252,21 @@ start_server() {
         return 1
     fi
     check_pinning "$name"
+    [[ $name != tern-default ]] || save_io_decision
     return 0
+}
+
+# The default config measures its I/O methods at start (static.io = "auto"):
+# wait for the decision (at most 5 s) and keep it, as the status page says it.
+save_io_decision() {
+    local i
+    for i in $(seq 1 50); do
+        curl -s -m 2 "http://127.0.0.1:$PORT/_tern/status" >"$RUNDIR/status.json" 2>/dev/null || true
+        python3 -c 'import json,sys; io=json.load(open(sys.argv[1]))["io"]; json.dump(io, open(sys.argv[2], "w")); sys.exit(io["source"] == "calibrating")' \
+            "$RUNDIR/status.json" "$RUNDIR/io.json" 2>/dev/null && break
+        sleep 0.1
+    done
+    bench_log "tern-default: static.io decision: $(python3 -c 'import json,sys; io=json.load(open(sys.argv[1])); print(io["source"], "; ".join(c["class"] + " " + c["method"] for c in io["classes"]))' "$RUNDIR/io.json" 2>/dev/null || echo unknown)"
 }
 
 # Warn when a server moved some of its threads off the CPUs we gave it.

@@ -15,7 +15,7 @@ from pathlib import Path
 import wrk
 
 PEERS = ["nginx", "lighttpd", "h2o"]
-TERNS = ["tern-sendfile", "tern-mmap", "tern-read"]
+TERNS = ["tern-default", "tern-sendfile", "tern-mmap", "tern-read"]
 ORDER = PEERS + ["minimal"] + TERNS
 SIZE_LABEL = {"1k": "1 KiB", "40k": "40 KiB", "1m": "1 MiB"}
 SIZE_ORDER = ["1k", "40k", "1m"]
@@ -138,6 +138,9 @@ def main():
             "method": r["method"],
         }
     mem = {r["server"]: r for r in records if r["kind"] == "rss"}
+    # What the default config (static.io = "auto") decided, per size class.
+    io_file = run_dir / "tern-default-load" / "io.json"
+    io_decision = json.loads(io_file.read_text()) if io_file.exists() else None
 
     # ---- print
     out = []
@@ -156,6 +159,12 @@ def main():
     p("columns: CPU us/req and req/s/core from the server's own utime+stime (whole process tree); "
       "srv cores = server CPU s / wall s; others = CPU cores used by every other process on the "
       "machine meanwhile (noise); GiB/s = wrk Transfer/sec.")
+    if io_decision:
+        p("tern-default (static.io = \"auto\") decided: " + io_decision.get("source", "?")
+          + (f" ({io_decision['detail']})" if io_decision.get("detail") else "") + "; "
+          + "; ".join(f"{c['class']} {c['method']} [{c['basis']}"
+                      + ("".join(f" {m} {v:.0f}/s" for m, v in (c.get("responses_per_s") or {}).items()))
+                      + "]" for c in io_decision.get("classes", [])))
     present = {s for sz in summary.values() for s in sz}
     tern_present = [t for t in TERNS if t in present]
 
@@ -248,6 +257,11 @@ def main():
         v = ratio(tern_best, peer_best)
         target(f"{SIZE_LABEL[size]}: tern best method req/s / best peer req/s", v, ">= 1.0",
                v is not None and v >= 1.0)
+        default = sz.get("tern-default", {}).get("rps")
+        v = ratio(default, peer_best)
+        limit = 1.15 if size == "1m" else 1.0
+        target(f"{SIZE_LABEL[size]}: tern-default req/s / best peer req/s (issue 12)", v, f">= {limit}",
+               v is not None and v >= limit)
     if "1k" in summary and "minimal" in summary["1k"]:
         sz = summary["1k"]
         tern_best = max((sz[t]["rps_per_core"] or 0 for t in TERNS if t in sz), default=None)
@@ -265,7 +279,7 @@ def main():
         target(f"{t}: RSS growth MiB with {meta.get('idle_conns')} idle conns", v, "< 64",
                v is not None and v < 64)
     p("")
-    p("== Targets (issue 2) ==")
+    p("== Targets (issues 2 and 12) ==")
     p(table(["target", "value", "limit", "status"],
             [[t["target"], fmt_f(t["value"]), t["limit"], t["status"]] for t in targets],
             ["<", ">", "<", "<"]))
@@ -284,7 +298,7 @@ def main():
     print("\n".join(out))
 
     results = {"meta": meta, "runs": runs, "median": summary, "syscalls": sysc, "memory": mem,
-               "targets": targets, "skipped": skipped}
+               "targets": targets, "skipped": skipped, "tern_default_io": io_decision}
     (run_dir / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
 
 
