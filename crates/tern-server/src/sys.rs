@@ -38,6 +38,19 @@ pub fn unacked(sock: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(usize::try_from(n).unwrap_or(0))
 }
 
+/// Lets the calling thread run on every online CPU (as far as the cgroup
+/// allows), whatever affinity it inherited; best effort.
+pub fn allow_every_cpu() {
+    let mut set = rustix::thread::CpuSet::new();
+    // The machine's CPUs, not the inherited mask's.
+    // SAFETY: sysconf only reads a system value.
+    let configured = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }).unwrap_or(1);
+    for cpu in 0..configured.clamp(1, rustix::thread::CpuSet::MAX_CPU) {
+        set.set(cpu);
+    }
+    let _ = rustix::thread::sched_setaffinity(None, &set);
+}
+
 /// Waits (up to `timeout`) until `sock` is writable.
 pub fn wait_writable(sock: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<()> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
