@@ -77,6 +77,11 @@ pub struct Server {
     /// The group to become with `user`. Default `""`: the user's primary
     /// group.
     pub group: String,
+    /// On SIGHUP, how long the replaced server may take to finish its
+    /// in-flight responses; 0 = no limit (each response still keeps its
+    /// send deadline). Separate from `shutdown_timeout`, so a reload never
+    /// cuts a long download. Default 0.
+    pub reload_drain_timeout: Seconds,
 }
 
 impl Default for Server {
@@ -94,6 +99,7 @@ impl Default for Server {
             shutdown_timeout: Seconds(Duration::from_secs(10)),
             user: String::new(),
             group: String::new(),
+            reload_drain_timeout: Seconds(Duration::ZERO),
         }
     }
 }

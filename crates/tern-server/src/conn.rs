@@ -22,6 +22,7 @@ use crate::access_log::Entry;
 use crate::body::{Flushed, OutQueue};
 use crate::config::Level;
 use crate::error_log::log;
+use crate::handover::Moved;
 use crate::metrics::TimeoutKind;
 use crate::reaper;
 use crate::reply::{Params, Reply};
@@ -102,6 +103,11 @@ struct Backend {
     head_only: bool,
     http10: bool,
 }
+
+/// How long an idle connection stays open once the server stops: a
+/// request the client sent before it could see the close still arrives and
+/// is answered.
+const STOP_GRACE: Duration = Duration::from_secs(1);
 
 /// Local redirects (RFC 3875 §6.2.2) followed for one request.
 const MAX_LOCAL_REDIRECTS: u8 = 10;
@@ -570,7 +576,7 @@ impl Conn {
         }
         self.requests += 1;
         let mut keep_alive = req.keep_alive
-            && !w.shutting_down()
+            && !w.closing()
             && (limits.keepalive_requests == 0 || self.requests < limits.keepalive_requests);
         // A body not read by now is not read at all (too large): close
         // after the answer.
@@ -815,6 +821,7 @@ impl Conn {
     pub fn on_tick(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
         let t = &w.config.timeouts;
         let (base, min_rate) = match self.timer.clock {
+            Clock::Idle if w.closing() => (t.keepalive.0.min(STOP_GRACE), 0),
             Clock::Idle => (t.keepalive.0, 0),
             Clock::Header => (t.header.0, t.header_min_rate),
             Clock::Body => (t.body.0, t.body_min_rate),
@@ -852,7 +859,7 @@ impl Conn {
             Clock::Body => TimeoutKind::Body,
             Clock::Send | Clock::Linger | Clock::Backend | Clock::Exit => TimeoutKind::Send,
         };
-        if self.timer.clock != Clock::Linger {
+        if self.timer.clock != Clock::Linger && !w.closing() {
             w.stats.timeout(kind);
             log!(Level::Info, "{}: {kind:?} timeout", self.peers.peer);
         }
@@ -869,19 +876,51 @@ impl Conn {
         Status::Closed
     }
 
-    /// Graceful shutdown: finish what is in flight, then close.
-    pub fn begin_shutdown(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
-        self.keep_alive = false;
-        let idle = self.phase == Phase::Head && self.rpos == self.rbuf.len() && self.out.is_empty();
-        if idle {
-            return Status::Closed;
+    /// The server began to stop: an idle connection gets [`STOP_GRACE`]
+    /// (a request already on its way is answered, with `Connection:
+    /// close`); one with a request in flight finishes it first.
+    pub fn begin_stop(&mut self, w: &Worker<'_>) {
+        if self.timer.clock == Clock::Idle {
+            self.set_clock(Clock::Idle, w.now);
         }
-        self.drive(shared, w)
+    }
+
+    /// Whether no request is in flight: nothing to answer or send, no
+    /// backend; at most the start of the next request is buffered. Such a
+    /// connection can move to another server.
+    pub fn between_requests(&self) -> bool {
+        self.phase == Phase::Head && self.out.is_empty() && self.backend.is_none() && self.body.is_none()
+    }
+
+    /// Takes the socket and the bytes read and not answered (the engine
+    /// has taken the socket out of its set), returning the buffers.
+    pub fn into_moved(mut self, w: &mut Worker<'_>) -> Moved {
+        let mut pending = std::mem::take(&mut self.rbuf);
+        pending.drain(..self.rpos);
+        if pending.is_empty() {
+            w.pool.give(pending);
+            pending = Vec::new();
+        }
+        self.recycle(w);
+        Moved { stream: self.sock, peer: self.peers.peer, pending }
+    }
+
+    /// A connection handed over by a replaced server: it continues here as
+    /// if its pending bytes had just been read.
+    pub fn adopt(key: usize, moved: Moved, w: &Worker<'_>) -> Conn {
+        let mut conn = Conn::new(key, moved.stream, moved.peer, w);
+        conn.may_read = true;
+        if moved.pending.is_empty() {
+            conn.set_clock(Clock::Idle, w.now);
+        } else {
+            conn.rbuf = moved.pending;
+        }
+        conn
     }
 
     /// Returns the connection's buffers to the pool (and abandons any
     /// backend) before it is dropped.
-    pub fn recycle(mut self, w: &mut Worker<'_>) {
+    pub fn recycle(&mut self, w: &mut Worker<'_>) {
         self.abort_backend(w);
         w.pool.give(std::mem::take(&mut self.rbuf));
         self.out.clear();

@@ -2,8 +2,8 @@
 //! writer, so counting is a plain load and store (no locked instruction, no
 //! shared cache line); readers sum all blocks when a status page asks.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::time::{Duration, Instant};
 
 /// A counter with a single writing thread.
 #[derive(Default, Debug)]
@@ -104,8 +104,23 @@ pub struct ServerStats {
     pub connections: AtomicUsize,
     /// CGI programs running across workers (for `cgi.max_processes`).
     pub cgi_running: AtomicUsize,
-    pub shutting_down: AtomicBool,
+    /// An [`Ending`], as a number.
+    ending: AtomicU8,
+    /// When the workers give up on the connections still open, in
+    /// milliseconds after `started`; `u64::MAX`: no limit.
+    drain_until: AtomicU64,
     pub started: Instant,
+}
+
+/// How far a server is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Ending {
+    Running,
+    /// Replaced on reload: accepts nothing, hands its connections over to
+    /// its successor as they become idle.
+    Reload,
+    /// SIGTERM: accepts nothing, finishes what is in flight, closes.
+    Stop,
 }
 
 impl ServerStats {
@@ -114,8 +129,36 @@ impl ServerStats {
             workers: (0..workers).map(|_| WorkerStats::default()).collect(),
             connections: AtomicUsize::new(0),
             cgi_running: AtomicUsize::new(0),
-            shutting_down: AtomicBool::new(false),
+            ending: AtomicU8::new(Ending::Running as u8),
+            drain_until: AtomicU64::new(u64::MAX),
             started: Instant::now(),
+        }
+    }
+
+    pub fn ending(&self) -> Ending {
+        match self.ending.load(Relaxed) {
+            0 => Ending::Running,
+            1 => Ending::Reload,
+            _ => Ending::Stop,
+        }
+    }
+
+    /// Moves on to `how` (never back), with the connections still open
+    /// given at most `limit` from now (`None`: no limit); an earlier limit
+    /// already set stays.
+    pub fn end(&self, how: Ending, limit: Option<Duration>) {
+        if let Some(limit) = limit {
+            let ms = (self.started.elapsed() + limit).as_millis().min(u128::from(u64::MAX - 1)) as u64;
+            self.drain_until.fetch_min(ms, SeqCst);
+        }
+        self.ending.fetch_max(how as u8, SeqCst);
+    }
+
+    /// When the connections still open are given up on.
+    pub fn drain_deadline(&self) -> Option<Instant> {
+        match self.drain_until.load(Relaxed) {
+            u64::MAX => None,
+            ms => Some(self.started + Duration::from_millis(ms)),
         }
     }
 }

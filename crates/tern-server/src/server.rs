@@ -1,8 +1,7 @@
 //! Starting and stopping: listeners, worker threads, signals.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 use tern_http::request::Limits;
@@ -13,7 +12,8 @@ use crate::config::Config;
 use crate::config::Level;
 use crate::engine::event;
 use crate::error_log::log;
-use crate::metrics::ServerStats;
+use crate::handover::Doors;
+use crate::metrics::{Ending, ServerStats};
 use crate::shared::Shared;
 use crate::site::Site;
 use crate::static_io::StaticIo;
@@ -40,6 +40,18 @@ pub struct Server {
     addrs: Vec<SocketAddr>,
     /// Duplicates of the workers' listening sockets, for a successor.
     handover: Vec<std::net::TcpListener>,
+    /// The workers' inboxes, for the server this one replaces.
+    doors: Arc<Doors>,
+}
+
+/// A server replaced on reload, finishing in the background: it hands its
+/// connections to its successor as they fall idle and ends when none is
+/// left (or at `server.reload_drain_timeout`).
+pub struct Retiring {
+    /// Gone once it has ended.
+    shared: Weak<Shared>,
+    wakers: Vec<Arc<mio::Waker>>,
+    done: JoinHandle<()>,
 }
 
 /// Why the server could not start.
@@ -202,21 +214,27 @@ impl Server {
             max_headers: config.limits.max_headers,
         };
         let read_chunk = config.static_files.read_chunk.usize();
-        let shared =
-            Arc::new(Shared { config, http_limits, site, server: ServerStats::new(workers), access, io: io.clone() });
-        let (waker_tx, waker_rx) = std::sync::mpsc::channel();
+        let shared = Arc::new(Shared {
+            config,
+            http_limits,
+            site,
+            server: ServerStats::new(workers),
+            access,
+            io: io.clone(),
+            successor: std::sync::OnceLock::new(),
+        });
         let mut threads = Vec::with_capacity(workers);
+        let mut queues = Vec::with_capacity(workers);
+        let mut wakers = Vec::with_capacity(workers);
         for (index, listeners) in per_worker.into_iter().enumerate() {
             let shared = shared.clone();
-            let waker_tx = waker_tx.clone();
+            let (waker_tx, waker_rx) = std::sync::mpsc::channel();
+            let (queue, inbox) = std::sync::mpsc::channel();
+            queues.push(queue);
             threads.push(std::thread::Builder::new().name(format!("tern-worker-{index}")).spawn(move || {
                 sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
-                event::run(&shared, index, listeners, waker_tx)
+                event::run(&shared, index, listeners, inbox, waker_tx)
             })?);
-        }
-        drop(waker_tx);
-        let mut wakers = Vec::with_capacity(workers);
-        for _ in 0..workers {
             match waker_rx.recv() {
                 Ok(Ok(waker)) => wakers.push(waker),
                 Ok(Err(e)) => return Err(StartError::Io(e)),
@@ -230,7 +248,8 @@ impl Server {
         } else {
             log!(Level::Info, "{}", io.describe());
         }
-        Ok(Server { signals, shared, workers: threads, wakers, addrs, handover })
+        let doors = Arc::new(Doors::new(queues.into_iter().zip(wakers.iter().cloned()).collect()));
+        Ok(Server { signals, shared, workers: threads, wakers, addrs, handover, doors })
     }
 
     /// Which I/O method sends which file, and why.
@@ -271,14 +290,23 @@ impl Server {
     pub fn stop(mut self) {
         // Only the workers' sockets may stay open while they stop accepting.
         self.handover.clear();
-        self.shared.server.shutting_down.store(true, Ordering::SeqCst);
-        for waker in &self.wakers {
-            let _ = waker.wake();
-        }
-        for worker in self.workers {
-            let _ = worker.join();
-        }
-        self.shared.site.compression.stop();
+        let limit = self.shared.config.server.shutdown_timeout.0;
+        end(&self.shared, &self.wakers, Ending::Stop, Some(limit));
+        finish(self.shared, self.workers);
+    }
+
+    /// Reload: `successor` has taken over the listening sockets; this
+    /// server stops accepting, hands each connection over as soon as no
+    /// request is in flight on it, and ends in the background.
+    pub fn retire(mut self, successor: &Server) -> Retiring {
+        self.handover.clear();
+        let _ = self.shared.successor.set(successor.doors.clone());
+        let limit = self.shared.config.server.reload_drain_timeout.0;
+        end(&self.shared, &self.wakers, Ending::Reload, (!limit.is_zero()).then_some(limit));
+        let shared = Arc::downgrade(&self.shared);
+        let (strong, workers) = (self.shared, self.workers);
+        let done = std::thread::spawn(move || finish(strong, workers));
+        Retiring { shared, wakers: self.wakers, done }
     }
 }
 
@@ -319,4 +347,40 @@ fn calibrate_in_background(io: &StaticIo, read_chunk: usize) {
     let outcome = calibrate::run(io.bounds(), CALIBRATION_BUDGET, read_chunk).map_err(|e| e.to_string());
     io.calibrated(outcome, start.elapsed().as_millis());
     log!(Level::Info, "{}", io.describe());
+}
+
+impl Retiring {
+    /// Whether it has ended.
+    pub fn finished(&self) -> bool {
+        self.done.is_finished()
+    }
+
+    /// SIGTERM: what it still runs gets `server.shutdown_timeout` from now,
+    /// as the running server's does, and is no longer handed over.
+    pub fn hurry(&self) {
+        if let Some(shared) = self.shared.upgrade() {
+            end(&shared, &self.wakers, Ending::Stop, Some(shared.config.server.shutdown_timeout.0));
+        }
+    }
+
+    /// Waits until it has ended.
+    pub fn wait(self) {
+        let _ = self.done.join();
+    }
+}
+
+/// Tells every worker how the server ends.
+fn end(shared: &Shared, wakers: &[Arc<mio::Waker>], how: Ending, limit: Option<std::time::Duration>) {
+    shared.server.end(how, limit);
+    for waker in wakers {
+        let _ = waker.wake();
+    }
+}
+
+/// Joins the workers, then stops the background compression threads.
+fn finish(shared: Arc<Shared>, workers: Vec<JoinHandle<()>>) {
+    for worker in workers {
+        let _ = worker.join();
+    }
+    shared.site.compression.stop();
 }

@@ -3,10 +3,13 @@
 //! drives. An engine needs nothing else to run, so it never learns how the
 //! server was assembled.
 
+use std::sync::{Arc, OnceLock};
+
 use tern_http::request::Limits;
 
 use crate::access_log::AccessTarget;
 use crate::config::Config;
+use crate::handover::Doors;
 use crate::metrics::ServerStats;
 use crate::site::Site;
 use crate::static_io::StaticIo;
@@ -21,6 +24,9 @@ pub struct Shared {
     /// Which I/O method sends which file (a calibration thread may
     /// update it after start).
     pub io: std::sync::Arc<StaticIo>,
+    /// The server that replaces this one on reload: where its connections
+    /// go once idle. Set once, before the workers are told to hand over.
+    pub successor: OnceLock<Arc<Doors>>,
 }
 
 impl Shared {

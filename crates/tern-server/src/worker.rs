@@ -13,7 +13,7 @@ use tern_http::date::DateCache;
 
 use crate::access_log::{AccessLog, AccessTarget};
 use crate::config::Config;
-use crate::metrics::{ServerStats, WorkerStats};
+use crate::metrics::{Ending, ServerStats, WorkerStats};
 use crate::open_files::OpenFileTable;
 use crate::reaper::Reaper;
 use crate::static_io::StaticIo;
@@ -143,7 +143,9 @@ impl<'s> Worker<'s> {
         true
     }
 
-    pub fn shutting_down(&self) -> bool {
-        self.server.shutting_down.load(std::sync::atomic::Ordering::Relaxed)
+    /// Whether answers should close their connection: the server is
+    /// stopping (a replaced server hands its connections over instead).
+    pub fn closing(&self) -> bool {
+        self.server.ending() == Ending::Stop
     }
 }

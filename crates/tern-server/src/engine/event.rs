@@ -5,15 +5,20 @@
 //! track of what it is waiting for, so no `epoll_ctl` is made per request.
 //! Deadlines are checked by a sweep once a second (a timeout is thus enforced
 //! within a second of its configured value).
+//!
+//! Besides its listeners, a worker takes connections from its inbox: those
+//! a replaced server hands over on reload. A replaced server's worker
+//! passes each of its connections on as soon as no request is in flight on
+//! it, and ends when none is left.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -22,6 +27,8 @@ use slab::Slab;
 use crate::config::Level;
 use crate::conn::{Conn, Status};
 use crate::error_log::{self, log};
+use crate::handover::Moved;
+use crate::metrics::Ending;
 use crate::shared::Shared;
 use crate::worker::{Watcher, Worker};
 
@@ -40,8 +47,15 @@ const ACCEPT_BATCH: usize = 64;
 const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\nRetry-After: 1\r\n\r\ntoo many connections";
 
 /// Runs worker `index` until shutdown. Sends its waker (or the error that
-/// kept it from starting) on `ready`.
-pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Sender<io::Result<Arc<Waker>>>) {
+/// kept it from starting) on `ready`; the waker is rung when the server's
+/// [`Ending`] changes or a connection arrives in `inbox`.
+pub fn run(
+    shared: &Shared,
+    index: usize,
+    listeners: Vec<TcpListener>,
+    inbox: Receiver<Moved>,
+    ready: Sender<io::Result<Arc<Waker>>>,
+) {
     let setup = || -> io::Result<(Poll, Arc<Waker>, Vec<mio::net::TcpListener>)> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
@@ -79,7 +93,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     let mut conns: Slab<Conn> = Slab::with_capacity(1024);
     let mut events = Events::with_capacity(1024);
     let mut next_tick = w.now + TICK;
-    let mut shutdown_deadline: Option<Instant> = None;
+    let mut ending = Ending::Running;
     // Listeners that may still hold connections: readiness is
     // edge-triggered, so after a full batch no new event would come for
     // the connections left in the accept queue.
@@ -115,8 +129,13 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
             w.stats.in_flight.set(waiting);
             waiting -= 1;
             match event.token() {
-                WAKE | FILES => {}
-                Token(t) if t > LISTENER_BASE - listeners.len() && shutdown_deadline.is_none() => {
+                FILES => {}
+                WAKE => {
+                    for moved in inbox.try_iter() {
+                        adopt(shared, &mut w, &poll, &mut conns, moved, ending);
+                    }
+                }
+                Token(t) if t > LISTENER_BASE - listeners.len() && ending == Ending::Running => {
                     backlog[LISTENER_BASE - t] = true;
                 }
                 Token(t) => {
@@ -131,9 +150,7 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                         } else {
                             guarded(&mut w, conn, |c, w| c.on_ready(shared, w, readable, writable, read_closed, hangup))
                         };
-                        if status == Status::Closed {
-                            close(&mut w, &mut conns, key);
-                        }
+                        settle(shared, &mut w, &poll, &mut conns, key, status, ending);
                     }
                 }
             }
@@ -149,30 +166,32 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
         if w.reaper.has_pending() {
             w.reaper.tick(w.now, &shared.server.cgi_running);
         }
-        if shutdown_deadline.is_none() && w.shutting_down() {
-            // Stop accepting; idle connections close now, busy ones after
-            // their current response.
-            for l in listeners.iter_mut() {
-                let _ = poll.registry().deregister(l);
+        let now_ending = shared.server.ending();
+        if now_ending != ending {
+            if ending == Ending::Running {
+                // Stop accepting (a successor has the listening sockets).
+                for l in listeners.iter_mut() {
+                    let _ = poll.registry().deregister(l);
+                }
+                listeners.clear();
+                w.listeners.clear();
+                backlog.clear();
             }
-            listeners.clear();
-            w.listeners.clear();
-            backlog.clear();
-            shutdown_deadline = Some(w.now + shared.config.server.shutdown_timeout.0);
+            ending = now_ending;
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
-                if guarded(&mut w, &mut conns[key], |c, w| c.begin_shutdown(shared, w)) == Status::Closed {
-                    close(&mut w, &mut conns, key);
+                if ending == Ending::Stop {
+                    conns[key].begin_stop(&w);
                 }
+                settle(shared, &mut w, &poll, &mut conns, key, Status::Open, ending);
             }
         }
         if w.now >= next_tick {
             next_tick = w.now + TICK;
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
-                if guarded(&mut w, &mut conns[key], |c, w| c.on_tick(shared, w)) == Status::Closed {
-                    close(&mut w, &mut conns, key);
-                }
+                let status = guarded(&mut w, &mut conns[key], |c, w| c.on_tick(shared, w));
+                settle(shared, &mut w, &poll, &mut conns, key, status, ending);
             }
             w.log.flush();
             error_log::tick();
@@ -180,10 +199,9 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
                 conns.shrink_to_fit();
             }
         }
-        if let Some(deadline) = shutdown_deadline {
-            if conns.is_empty() || w.now >= deadline {
-                break;
-            }
+        if ending != Ending::Running && (conns.is_empty() || shared.server.drain_deadline().is_some_and(|d| w.now >= d))
+        {
+            break;
         }
     }
     let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
@@ -192,6 +210,67 @@ pub fn run(shared: &Shared, index: usize, listeners: Vec<TcpListener>, ready: Se
     }
     w.reaper.kill_all(&shared.server.cgi_running);
     w.log.flush();
+}
+
+/// After connection code ran: closes the connection if it is done, or
+/// hands it to the successor if this server is being replaced and no
+/// request is in flight on it.
+fn settle(
+    shared: &Shared,
+    w: &mut Worker<'_>,
+    poll: &Poll,
+    conns: &mut Slab<Conn>,
+    key: usize,
+    status: Status,
+    ending: Ending,
+) {
+    if status == Status::Closed {
+        return close(w, conns, key);
+    }
+    if ending != Ending::Reload || !conns[key].between_requests() {
+        return;
+    }
+    let Some(successor) = shared.successor.get() else { return };
+    let fd = conns[key].fd();
+    // Out of this worker's set before another worker can register it.
+    let _ = poll.registry().deregister(&mut SourceFd(&fd));
+    let conn = conns.remove(key);
+    forget(w);
+    // A successor that has ended already: the connection just closes.
+    let _ = successor.send(conn.into_moved(w));
+}
+
+/// Takes a connection handed over by a replaced server.
+fn adopt(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conns: &mut Slab<Conn>, moved: Moved, ending: Ending) {
+    // Already admitted once: the cap does not apply again.
+    w.server.connections.fetch_add(1, Ordering::Relaxed);
+    let entry = conns.vacant_entry();
+    let key = entry.key();
+    let conn = Conn::adopt(key, moved, w);
+    if !register(w, poll, &conn, key) {
+        return;
+    }
+    entry.insert(conn);
+    w.stats.active.add(1);
+    if ending == Ending::Stop {
+        conns[key].begin_stop(w);
+    }
+    let status = guarded(w, &mut conns[key], |c, w| c.on_ready(shared, w, true, true, false, false));
+    settle(shared, w, poll, conns, key, status, ending);
+}
+
+/// Registers a connection's socket for both directions; on failure it is
+/// uncounted and dropped (closed).
+fn register(w: &mut Worker<'_>, poll: &Poll, conn: &Conn, key: usize) -> bool {
+    let fd = conn.fd();
+    match poll.registry().register(&mut SourceFd(&fd), Token(key * 2), Interest::READABLE | Interest::WRITABLE) {
+        Ok(()) => true,
+        Err(e) => {
+            log!(Level::Error, "cannot register connection: {e}");
+            w.server.connections.fetch_sub(1, Ordering::Relaxed);
+            false
+        }
+    }
 }
 
 /// Backend descriptors join the worker's epoll set next to its sockets.
@@ -241,14 +320,7 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
         }
         let entry = conns.vacant_entry();
         let conn = Conn::new(entry.key(), stream, peer, w);
-        let fd = conn.fd();
-        if let Err(e) = poll.registry().register(
-            &mut SourceFd(&fd),
-            Token(entry.key() * 2),
-            Interest::READABLE | Interest::WRITABLE,
-        ) {
-            log!(Level::Error, "cannot register connection: {e}");
-            w.server.connections.fetch_sub(1, Ordering::Relaxed);
+        if !register(w, poll, &conn, entry.key()) {
             continue;
         }
         entry.insert(conn);
@@ -271,11 +343,16 @@ fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr) {
 }
 
 fn close(w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
-    let conn = conns.remove(key);
+    let mut conn = conns.remove(key);
     // Counted as closed before the socket is: a client that sees the close
     // may ask the status page (another worker) at once.
-    w.server.connections.fetch_sub(1, Ordering::Relaxed);
-    w.stats.active.set(w.stats.active.get().saturating_sub(1));
+    forget(w);
     // Closing the descriptor also removes it from the epoll set.
     conn.recycle(w);
+}
+
+/// Uncounts a connection that leaves this worker.
+fn forget(w: &mut Worker<'_>) {
+    w.server.connections.fetch_sub(1, Ordering::Relaxed);
+    w.stats.active.set(w.stats.active.get().saturating_sub(1));
 }

@@ -9,7 +9,7 @@ use tern_http::{Method, Request};
 
 use crate::compress::Compression;
 use crate::config::WhenFull;
-use crate::metrics::Totals;
+use crate::metrics::{Ending, Totals};
 use crate::reply::Reply;
 use crate::static_io::METHODS;
 use crate::worker::Worker;
@@ -49,7 +49,7 @@ pub fn serve(
             "model": "event",
             "io": w.io.json(),
             "workers": server.workers.len(),
-            "shutting_down": server.shutting_down.load(Relaxed),
+            "shutting_down": server.ending() != Ending::Running,
             "connections": {
                 "active": t.active,
                 "accepted": t.accepted,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use tern_server::config::{IoChoice, Listen};
-use tern_server::server::Signal;
+use tern_server::server::{Retiring, Signal};
 use tern_server::{Config, Server};
 
 #[derive(clap::Args)]
@@ -107,20 +107,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     report_static_io(&server);
+    // Servers replaced by reloads that still finish responses.
+    let mut retiring: Vec<Retiring> = Vec::new();
     while server.wait_for_signal() == Signal::Reload {
-        server = reload(&args, server);
+        retiring.retain(|r| !r.finished());
+        server = reload(&args, server, &mut retiring);
         report_static_io(&server);
     }
+    for r in &retiring {
+        r.hurry();
+    }
     server.stop();
+    for r in retiring {
+        r.wait();
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// SIGHUP: start a server with the configuration as it is now, taking over
 /// the running one's listening sockets (so no connection waits in the queue
-/// of a socket about to close), then stop the old one gracefully — its
-/// in-flight responses finish, nothing is refused meanwhile. A configuration that does not load or start leaves the
-/// running server as it was.
-fn reload(args: &Args, running: Server) -> Server {
+/// of a socket about to close), then retire the old one: it hands each
+/// connection over once no request is in flight on it and finishes its
+/// responses in the background (up to `server.reload_drain_timeout`), so
+/// nothing is refused or cut. A configuration that does not load or start
+/// leaves the running server as it was.
+fn reload(args: &Args, running: Server, retiring: &mut Vec<Retiring>) -> Server {
     let started = configuration(args).and_then(|mut config| {
         // Port 0 was resolved at the first start: keep the ports in use.
         for addr in config.server.listen.iter_mut().flat_map(|l| l.addrs.iter_mut()) {
@@ -136,7 +147,7 @@ fn reload(args: &Args, running: Server) -> Server {
     match started {
         Ok(next) => {
             eprintln!("tern: configuration reloaded");
-            running.stop();
+            retiring.push(running.retire(&next));
             next
         }
         Err(err) => {
