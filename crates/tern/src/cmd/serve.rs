@@ -21,10 +21,13 @@ command-line options override the file.
 
 SIGNALS:
     SIGTERM, SIGINT   stop gracefully: in-flight responses finish (for at most
-                      server.shutdown_timeout), idle connections close.
+                      server.shutdown_timeout), idle connections close after a
+                      second (a request arriving meanwhile is answered).
     SIGHUP            reload: the config file is read again and new workers take
-                      over the listening sockets; the access log is reopened. A
-                      config that does not load leaves the running one serving.
+                      over the listening sockets and every kept-alive connection
+                      (once its response in flight is sent); the access log is
+                      reopened. A config that does not load leaves the running
+                      one serving.
 
 LOGS:
     The access log (log.access, --access-log) is Combined Log Format, default
