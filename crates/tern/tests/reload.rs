@@ -91,16 +91,26 @@ fn twelve_reloads_under_load_fail_no_request() {
     let tern = Tern::start(&site.root, "sendfile", "", &[]);
     let url = tern.url("/4k.bin");
     let bench = Command::new(common::tern_bin())
-        .args(["bench", "-c", "32", "-t", "1", "-d", "6s", "--json", &url])
+        .args(["bench", "-c", "32", "-t", "1", "-d", "120s", "--json", &url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    for _ in 0..12 {
+    let reloads = || tern.stderr.lock().unwrap().matches("configuration reloaded").count();
+    for n in 1..=12 {
         hup(&tern);
-        std::thread::sleep(Duration::from_millis(400));
+        // Signals sent while a reload is under way would merge into one:
+        // each is sent once the last is done.
+        let start = Instant::now();
+        while reloads() < n {
+            assert!(start.elapsed() < Duration::from_secs(20), "reload {n} not done");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(250));
     }
+    // Ctrl-C ends the run with its report.
+    unsafe { libc::kill(bench.id() as i32, libc::SIGINT) };
     let out = bench.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -108,7 +118,7 @@ fn twelve_reloads_under_load_fail_no_request() {
     let requests = j["requests"].as_u64().unwrap();
     assert!(requests > 1000, "{j}");
     assert_eq!(j["status"]["200"].as_u64(), Some(requests), "{j}");
-    assert_eq!(tern.stderr.lock().unwrap().matches("configuration reloaded").count(), 12);
+    assert_eq!(reloads(), 12);
 }
 
 #[test]
