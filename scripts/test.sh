@@ -8,8 +8,10 @@ cd "$(dirname "$0")/.."
 # curl: a real client in the end-to-end tests; util-linux (taskset) for the
 # CPU-affinity check; perl and python3 run CGI programs in the CGI tests; gcc
 # and make build the C gateway and test programs; man-db (man -l) renders the
-# generated manual pages and systemd (systemd-analyze verify) checks the unit.
-scripts/ensure-packages.sh curl util-linux perl python3 gcc make man-db systemd
+# generated manual pages and systemd (systemd-analyze verify) checks the unit;
+# php-fpm (and iproute2's ss) for the FastCGI tests, libfcgi-dev for the
+# gateway's FastCGI file server.
+scripts/ensure-packages.sh curl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test

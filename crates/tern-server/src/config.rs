@@ -26,6 +26,7 @@ pub struct Config {
     pub log: Log,
     pub status: Status,
     pub cgi: Cgi,
+    pub fastcgi: FastCgi,
     pub compression: Compression,
     /// The file and text this was parsed from, so errors found later (at
     /// start) still name the line.
@@ -584,6 +585,148 @@ impl Default for Cgi {
     }
 }
 
+/// `[fastcgi]`: FastCGI applications (php-fpm), each a named backend
+/// reached over pooled, kept-alive connections. Default: none.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FastCgi {
+    /// `[fastcgi.backends.NAME]`, tried in name order for each request.
+    pub backends: BTreeMap<String, FastCgiBackend>,
+}
+
+/// `[fastcgi.backends.NAME]`: one FastCGI application and what it answers.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FastCgiBackend {
+    /// `"unix:/run/php/php-fpm.sock"` or `"127.0.0.1:9000"`. Required.
+    pub address: FastCgiAddress,
+    /// Script extensions it runs, e.g. `[".php"]`. Default none.
+    #[serde(default)]
+    pub extensions: Vec<String>,
+    /// URL path prefixes it answers whatever the extension, e.g.
+    /// `["/app"]`. Default none.
+    #[serde(default)]
+    pub prefixes: Vec<UrlPrefix>,
+    /// Splits a path into the script and `PATH_INFO` (two captures, as
+    /// nginx's `fastcgi_split_path_info`); a path it does not match is all
+    /// script. Default `"^(.+?\\.php)(/.*)$"`.
+    #[serde(default = "default_split_path_info")]
+    pub split_path_info: Pattern,
+    /// The script must be a regular file under the root (else `404`), so
+    /// `/upload/x.jpg/y.php` never runs a non-PHP file. Default true.
+    #[serde(default = "yes")]
+    pub check_file: bool,
+    /// The document root as the application sees it (`DOCUMENT_ROOT`,
+    /// `SCRIPT_FILENAME`). Default: `server.root`.
+    #[serde(default)]
+    pub root: Option<PathBuf>,
+    /// Connections open at once (the pool's size); a request past it waits
+    /// in a FIFO. Default 8.
+    #[serde(default = "default_fastcgi_connections")]
+    pub max_connections: NonZero,
+    /// Keep connections open between requests (`FCGI_KEEP_CONN`).
+    /// Default true.
+    #[serde(default = "yes")]
+    pub keep_conn: bool,
+    /// Past it a connection attempt is answered `502`. Default `"2s"`.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Seconds,
+    /// Longest silence from the application while answering; past it
+    /// `504`. Default `"60s"`.
+    #[serde(default = "default_read_timeout")]
+    pub read_timeout: Seconds,
+    /// Longest wait for a free connection; past it `503`. Default `"5s"`.
+    #[serde(default = "default_queue_timeout")]
+    pub queue_timeout: Seconds,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_split_path_info() -> Pattern {
+    Pattern::parse(r"^(.+?\.php)(/.*)$").expect("valid literal")
+}
+fn default_fastcgi_connections() -> NonZero {
+    NonZero(8)
+}
+fn default_connect_timeout() -> Seconds {
+    Seconds(Duration::from_secs(2))
+}
+fn default_read_timeout() -> Seconds {
+    Seconds(Duration::from_secs(60))
+}
+fn default_queue_timeout() -> Seconds {
+    Seconds(Duration::from_secs(5))
+}
+
+/// Where a FastCGI application listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FastCgiAddress {
+    Unix(PathBuf),
+    Tcp(SocketAddr),
+}
+
+impl<'de> Deserialize<'de> for FastCgiAddress {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.strip_prefix("unix:") {
+            Some(path) if path.starts_with('/') => Ok(FastCgiAddress::Unix(path.into())),
+            Some(_) => Err(de::Error::custom(format!("`{s}`: a Unix socket needs an absolute path"))),
+            None => s
+                .parse()
+                .map(FastCgiAddress::Tcp)
+                .map_err(|_| de::Error::custom(format!("`{s}` is neither `unix:/path` nor `IP:PORT`"))),
+        }
+    }
+}
+
+/// A URL path prefix (starting with `/`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UrlPrefix(pub String);
+
+impl<'de> Deserialize<'de> for UrlPrefix {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if !s.starts_with('/') {
+            return Err(de::Error::custom(format!("`{s}` must be a URL path starting with /")));
+        }
+        Ok(UrlPrefix(s))
+    }
+}
+
+/// A count of at least 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NonZero(pub usize);
+
+impl<'de> Deserialize<'de> for NonZero {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match usize::deserialize(d)? {
+            0 => Err(de::Error::custom("must be at least 1")),
+            n => Ok(NonZero(n)),
+        }
+    }
+}
+
+/// A regular expression with two captures (script, path info).
+#[derive(Clone, Debug)]
+pub struct Pattern(pub regex_lite::Regex);
+
+impl Pattern {
+    pub fn parse(s: &str) -> Result<Pattern, String> {
+        let re = regex_lite::Regex::new(s).map_err(|e| format!("`{s}` is not a valid pattern: {e}"))?;
+        if re.captures_len() != 3 {
+            return Err(format!("`{s}` needs exactly two captures: the script and the path info"));
+        }
+        Ok(Pattern(re))
+    }
+}
+
+impl<'de> Deserialize<'de> for Pattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Pattern::parse(&String::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
+
 /// `[status]`: the internal JSON status page and Prometheus metrics.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -992,6 +1135,33 @@ mod tests {
         }
         let c = parse("[server]\nlisten = [\"localhost:8080\", \"9090\"]\n").unwrap();
         assert_eq!(c.server.listen.iter().map(|l| l.addrs.len()).collect::<Vec<_>>(), [2, 2]);
+    }
+
+    #[test]
+    fn fastcgi_backends() {
+        let c = parse(
+            "[fastcgi.backends.php]\naddress = \"unix:/tmp/php.sock\"\nextensions = [\".php\"]\n\n[fastcgi.backends.app]\naddress = \"127.0.0.1:9000\"\nprefixes = [\"/app\"]\nmax_connections = 3\nread_timeout = \"500ms\"\n",
+        )
+        .unwrap();
+        let php = &c.fastcgi.backends["php"];
+        assert_eq!(php.address, FastCgiAddress::Unix("/tmp/php.sock".into()));
+        assert_eq!((php.max_connections, php.keep_conn, php.check_file), (NonZero(8), true, true));
+        assert_eq!(php.connect_timeout.0, Duration::from_secs(2));
+        let app = &c.fastcgi.backends["app"];
+        assert_eq!(app.address, FastCgiAddress::Tcp("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!((app.max_connections, app.read_timeout.0), (NonZero(3), Duration::from_millis(500)));
+        assert_eq!(app.prefixes, [UrlPrefix("/app".into())]);
+        for (text, needle) in [
+            ("[fastcgi.backends.x]\nextensions = []\n", "line 1"),
+            ("[fastcgi.backends.x]\naddress = \"unix:php.sock\"\n", "line 2"),
+            ("[fastcgi.backends.x]\naddress = \"localhost\"\n", "neither"),
+            ("[fastcgi.backends.x]\naddress = \"unix:/s\"\nmax_connections = 0\n", "line 3"),
+            ("[fastcgi.backends.x]\naddress = \"unix:/s\"\nsplit_path_info = \"(a)\"\n", "two captures"),
+            ("[fastcgi.backends.x]\naddress = \"unix:/s\"\nprefixes = [\"app\"]\n", "line 3"),
+        ] {
+            let err = parse(text).unwrap_err();
+            assert!(err.contains(needle), "{text:?}: {err}");
+        }
     }
 
     #[test]

@@ -28,7 +28,8 @@ use crate::reaper;
 use crate::reply::{Params, Reply};
 use crate::request_body::{BodyError, BodyReader};
 use crate::shared::Shared;
-use crate::site::cgi::{self, Pump};
+use crate::site::backend::Job;
+use crate::site::cgi::Pump;
 use crate::site::{Answer, Peers};
 use crate::sys;
 use crate::worker::Worker;
@@ -48,7 +49,8 @@ enum Phase {
     Send,
     /// Reading (and checking) a request body before answering.
     Body,
-    /// Relaying a backend's (CGI program's) output as the response.
+    /// Relaying a backend's (CGI program's, FastCGI application's) output
+    /// as the response.
     Backend,
     /// After a final answer: output shut down, input drained until the
     /// peer closes, so a reset cannot destroy the answer in flight.
@@ -95,7 +97,7 @@ enum Fill {
 /// A request being answered by a backend, with what its log line needs
 /// (the request buffer is gone by the time the answer ends).
 struct Backend {
-    running: cgi::Running,
+    job: Job,
     request_line: String,
     referer: Option<Vec<u8>>,
     user_agent: Option<Vec<u8>>,
@@ -198,10 +200,18 @@ impl Conn {
         self.drive(shared, w)
     }
 
-    /// The backend's output may have become readable (or closed).
-    pub fn on_backend_ready(&mut self, shared: &Shared, w: &mut Worker<'_>, readable: bool, closed: bool) -> Status {
+    /// The backend's descriptor may have become readable, writable (or
+    /// closed).
+    pub fn on_backend_ready(
+        &mut self,
+        shared: &Shared,
+        w: &mut Worker<'_>,
+        readable: bool,
+        writable: bool,
+        closed: bool,
+    ) -> Status {
         if let Some(b) = self.backend.as_mut() {
-            b.running.on_ready(readable, closed);
+            b.job.on_ready(readable, writable, closed);
         }
         self.drive(shared, w)
     }
@@ -272,8 +282,8 @@ impl Conn {
                 Phase::Backend => {
                     // Read on while the program has more (so a short answer
                     // leaves in one write), then flush.
-                    let readable = self.backend.as_ref().is_some_and(|b| b.running.readable());
-                    if readable && self.out.queued() < MAX_GATHERED {
+                    let ready = self.backend.as_ref().is_some_and(|b| b.job.ready());
+                    if ready && self.out.queued() < MAX_GATHERED {
                         if let Some(status) = self.pump(shared, w) {
                             return status;
                         }
@@ -339,11 +349,11 @@ impl Conn {
             http10: b.http10,
             keep_alive: self.keep_alive,
         };
-        match b.running.pump(&mut self.out, &params, shared.site.cgi.pipe_buffer) {
+        match b.job.pump(&mut self.out, &params, shared.site.cgi.pipe_buffer, w) {
             Pump::Wait => None,
             Pump::Progress => None,
             Pump::AwaitExit => {
-                if let Some(fd) = b.running.exit_fd() {
+                if let Some(fd) = b.job.exit_fd() {
                     if let Err(err) = w.watcher.watch(self.key, fd) {
                         log!(Level::Error, "cannot watch a CGI program's exit: {err}");
                     }
@@ -354,40 +364,38 @@ impl Conn {
             }
             Pump::Done { keep_alive } => {
                 self.keep_alive &= keep_alive;
-                let b = self.end_backend(w);
-                self.log_backend(w, &b, b.running.status, b.running.body_bytes);
+                let b = self.end_backend(w, false);
+                let r = b.job.response();
+                self.log_backend(w, &b, r.status, r.body_bytes);
                 self.phase = Phase::Send;
                 self.set_clock(Clock::Send, w.now);
                 None
             }
             Pump::Fail(status) => {
-                let b = self.end_backend(w);
-                reaper::kill(b.running.pid());
-                w.stats.cgi_failed.incr();
+                let b = self.end_backend(w, true);
                 self.backend_error(w, &b, status);
                 None
             }
             Pump::Redirect(location) => {
-                let b = self.end_backend(w);
-                reaper::kill(b.running.pid());
+                let b = self.end_backend(w, true);
                 self.local_redirect(shared, w, &b, &location);
                 None
             }
         }
     }
 
-    /// Detaches the backend; its process is reaped without blocking.
-    fn end_backend(&mut self, w: &mut Worker<'_>) -> Box<Backend> {
-        let b = self.backend.take().expect("a backend to end");
-        w.reaper.collect(b.running.pid(), w.now, &w.server.cgi_running);
+    /// Detaches the backend and ends its job (`abandon`: kill the program,
+    /// close the FastCGI connection).
+    fn end_backend(&mut self, w: &mut Worker<'_>, abandon: bool) -> Box<Backend> {
+        let mut b = self.backend.take().expect("a backend to end");
+        b.job.end(w, abandon);
         b
     }
 
-    /// Kills the backend's process group (timeout, client gone).
+    /// Abandons the backend (timeout, client gone).
     fn abort_backend(&mut self, w: &mut Worker<'_>) {
-        if let Some(b) = self.backend.take() {
-            reaper::kill(b.running.pid());
-            w.reaper.collect(b.running.pid(), w.now, &w.server.cgi_running);
+        if self.backend.is_some() {
+            self.end_backend(w, true);
         }
     }
 
@@ -599,9 +607,9 @@ impl Conn {
         } else {
             shared.site.respond(req, &self.body_buf, self.peers, &mut reply, w)
         };
-        if let Answer::Backend(running) = answer {
+        if let Answer::Backend(job) = answer {
             self.keep_alive = reply.keep_alive;
-            return self.start_backend(w, req, running);
+            return self.start_backend(w, req, job);
         }
         reply.finish();
         let (status, body_len) = (reply.status, reply.body_len);
@@ -621,14 +629,14 @@ impl Conn {
     }
 
     /// Hands the rest of the answer to a started backend.
-    fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, running: cgi::Running) {
+    fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, mut job: Job) {
         w.stats.requests.incr();
-        if let Err(err) = w.watcher.watch(self.key, running.stdout()) {
-            log!(Level::Error, "cannot watch a CGI program's output: {err}");
+        if let Err(err) = job.watch(self.key, w) {
+            log!(Level::Error, "cannot watch a backend's descriptor: {err}");
         }
         let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
         self.backend = Some(Box::new(Backend {
-            running,
+            job,
             request_line: req.request_line.to_string(),
             referer: owned(req.fields.referer),
             user_agent: owned(req.fields.user_agent),
@@ -819,6 +827,9 @@ impl Conn {
 
     /// Called about once a second: enforces the phase's deadline.
     pub fn on_tick(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
+        if self.timer.clock == Clock::Backend {
+            return self.backend_tick(shared, w);
+        }
         let t = &w.config.timeouts;
         let (base, min_rate) = match self.timer.clock {
             Clock::Idle if w.closing() => (t.keepalive.0.min(STOP_GRACE), 0),
@@ -826,7 +837,7 @@ impl Conn {
             Clock::Header => (t.header.0, t.header_min_rate),
             Clock::Body => (t.body.0, t.body_min_rate),
             Clock::Send => (t.send.0, t.send_min_rate),
-            Clock::Backend => (shared.site.cgi.timeout, 0),
+            Clock::Backend => unreachable!("backend deadlines are the job's"),
             Clock::Exit => (reaper::EXIT_GRACE, 0),
             Clock::Linger => (t.linger.0, 0),
         };
@@ -838,20 +849,6 @@ impl Conn {
             log!(Level::Warn, "{}: CGI program closed its output but did not exit: killed", self.peers.peer);
             self.abort_backend(w);
             return Status::Closed;
-        }
-        if self.timer.clock == Clock::Backend {
-            w.stats.cgi_timeouts.incr();
-            log!(Level::Warn, "{}: CGI program killed at cgi.timeout", self.peers.peer);
-            let b = self.end_backend(w);
-            reaper::kill(b.running.pid());
-            if b.running.head_sent() {
-                // Part of the response is out: only closing can say it is
-                // incomplete.
-                return Status::Closed;
-            }
-            self.keep_alive = false;
-            self.backend_error(w, &b, 504);
-            return self.drive(shared, w);
         }
         let kind = match self.timer.clock {
             Clock::Idle => TimeoutKind::Idle,
@@ -874,6 +871,25 @@ impl Conn {
             return self.drive(shared, w);
         }
         Status::Closed
+    }
+
+    /// A backend past its deadline is abandoned: `504` (or what the job
+    /// says), or a closed connection when part of its response is out.
+    fn backend_tick(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
+        let client_blocked = !self.out.is_empty();
+        let Some(b) = self.backend.as_mut() else { return Status::Open };
+        let Some(status) = b.job.expired(w.now, shared.site.cgi.timeout, client_blocked, w) else {
+            return Status::Open;
+        };
+        let b = self.end_backend(w, true);
+        if b.job.response().head_sent() {
+            // Part of the response is out: only closing can say it is
+            // incomplete.
+            return Status::Closed;
+        }
+        self.keep_alive = false;
+        self.backend_error(w, &b, status);
+        self.drive(shared, w)
     }
 
     /// The server began to stop: an idle connection gets [`STOP_GRACE`]

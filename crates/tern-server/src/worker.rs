@@ -20,10 +20,12 @@ use crate::static_io::StaticIo;
 use crate::sys;
 
 /// How connection code asks its engine to watch a backend's descriptor (a
-/// CGI program's output) on behalf of connection `conn`. Closing the
-/// descriptor stops the watch.
+/// CGI program's output, a FastCGI socket) for reading and writing on
+/// behalf of connection `conn`. Closing the descriptor stops the watch;
+/// `unwatch` stops it for one that lives on (a pooled FastCGI connection).
 pub trait Watcher {
     fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()>;
+    fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()>;
 }
 
 /// Size of a pooled receive or send buffer: a typical request head, or a

@@ -33,7 +33,7 @@ use crate::shared::Shared;
 use crate::worker::{Watcher, Worker};
 
 /// Connection `k` has token `2k` for its socket and `2k + 1` for its
-/// backend's output (a CGI pipe).
+/// backend's descriptor (a CGI pipe, a FastCGI socket).
 const WAKE: Token = Token(usize::MAX);
 /// The open-file table's change reports (inotify).
 const FILES: Token = Token(usize::MAX - 1);
@@ -146,7 +146,7 @@ pub fn run(
                     let hangup = event.is_error() || (read_closed && event.is_write_closed());
                     if let Some(conn) = conns.get_mut(key) {
                         let status = if t % 2 == 1 {
-                            guarded(&mut w, conn, |c, w| c.on_backend_ready(shared, w, readable, read_closed))
+                            guarded(&mut w, conn, |c, w| c.on_backend_ready(shared, w, readable, writable, read_closed))
                         } else {
                             guarded(&mut w, conn, |c, w| c.on_ready(shared, w, readable, writable, read_closed, hangup))
                         };
@@ -279,7 +279,11 @@ struct EpollWatcher(mio::Registry);
 impl Watcher for EpollWatcher {
     fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()> {
         let raw = fd.as_raw_fd();
-        self.0.register(&mut SourceFd(&raw), Token(conn * 2 + 1), Interest::READABLE)
+        self.0.register(&mut SourceFd(&raw), Token(conn * 2 + 1), Interest::READABLE | Interest::WRITABLE)
+    }
+
+    fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.0.deregister(&mut SourceFd(&fd.as_raw_fd()))
     }
 }
 

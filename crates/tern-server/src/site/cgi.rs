@@ -23,10 +23,10 @@ use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::fs::FileType;
 use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
@@ -255,9 +255,20 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
         None => Command::new(&program),
     };
     cmd.env_clear().envs(settings.pass_env.iter().map(|(k, v)| (k, v)));
-    for (k, v) in meta_variables(settings, req, l, &program) {
-        cmd.env(k, v);
-    }
+    let name_len = l.script.name_len;
+    let meta = Meta {
+        root: settings.root.as_os_str().as_bytes(),
+        script_name: &l.rel[..name_len],
+        filename: program.as_os_str().as_bytes(),
+        path_info: &l.rel[name_len..],
+        trailing_slash: l.trailing_slash,
+        body_len: (!l.body.is_empty() || req.has_body()).then_some(l.body.len() as u64),
+        peer: l.peer,
+        local: l.local,
+    };
+    meta_variables(req, &meta, &mut |k, v| {
+        cmd.env(OsStr::from_bytes(k), OsStr::from_bytes(v));
+    });
     if let Some(dir) = program.parent() {
         cmd.current_dir(dir);
     }
@@ -276,14 +287,9 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
         stdout,
         may_read: false,
         eof_pending: false,
-        nph,
-        head_only: req.method == Method::Head,
-        http10: req.version == Version::Http10,
-        output: Output::Head(Vec::new()),
-        status: 0,
-        body_bytes: 0,
-        held: None,
+        response: Response::new(req, nph),
         exit_fd: None,
+        started: Instant::now(),
     })
 }
 
@@ -300,25 +306,34 @@ fn body_stdin(body: &[u8]) -> std::io::Result<Stdio> {
     Ok(Stdio::from(file))
 }
 
+/// What the meta-variables say about the script, beyond the request.
+pub struct Meta<'a> {
+    /// `DOCUMENT_ROOT`, and the base of `PATH_TRANSLATED`.
+    pub root: &'a [u8],
+    /// The script's normalised path, without the leading `/`.
+    pub script_name: &'a [u8],
+    /// `SCRIPT_FILENAME`.
+    pub filename: &'a [u8],
+    /// The rest of the path (`/…`, or empty), and whether the request
+    /// path ended in `/`.
+    pub path_info: &'a [u8],
+    pub trailing_slash: bool,
+    /// `CONTENT_LENGTH`, when the request has a body.
+    pub body_len: Option<u64>,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
 /// RFC 3875 §4.1 meta-variables, plus the customary `REQUEST_URI`,
 /// `SCRIPT_FILENAME`, `DOCUMENT_ROOT`, `REMOTE_PORT`, `SERVER_ADDR` and
-/// `REDIRECT_STATUS` (which php-cgi requires).
-fn meta_variables(settings: &Settings, req: &Request<'_>, l: &Launch<'_>, program: &Path) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = Vec::with_capacity(32 + req.headers.len());
-    let mut set = |k: &str, v: &[u8]| env.push((k.into(), OsStr::from_bytes(v).to_owned()));
-    let name = &l.rel[..l.script.name_len];
-    let mut script_name = Vec::with_capacity(name.len() + 1);
-    script_name.push(b'/');
-    script_name.extend_from_slice(name);
-    let rest = &l.rel[l.script.name_len..];
-    let mut path_info = rest.to_vec();
-    if !path_info.is_empty() && l.trailing_slash {
-        path_info.push(b'/');
-    }
-    set("GATEWAY_INTERFACE", b"CGI/1.1");
-    set("SERVER_SOFTWARE", concat!("tern/", env!("CARGO_PKG_VERSION")).as_bytes());
-    set("SERVER_PROTOCOL", req.request_line.rsplit(' ').next().unwrap_or("HTTP/1.1").as_bytes());
-    set("REQUEST_METHOD", req.method_token.as_bytes());
+/// `REDIRECT_STATUS` (which php-cgi requires), each handed to `set`: the
+/// one builder for CGI (environment) and FastCGI (`PARAMS`).
+pub fn meta_variables(req: &Request<'_>, m: &Meta<'_>, set: &mut dyn FnMut(&[u8], &[u8])) {
+    let mut scratch = Vec::with_capacity(m.root.len() + m.script_name.len() + m.path_info.len() + 2);
+    set(b"GATEWAY_INTERFACE", b"CGI/1.1");
+    set(b"SERVER_SOFTWARE", concat!("tern/", env!("CARGO_PKG_VERSION")).as_bytes());
+    set(b"SERVER_PROTOCOL", req.request_line.rsplit(' ').next().unwrap_or("HTTP/1.1").as_bytes());
+    set(b"REQUEST_METHOD", req.method_token.as_bytes());
     let uri = match req.form {
         TargetForm::Absolute => {
             let after_scheme = req.target.split_once("://").map_or(req.target, |(_, r)| r);
@@ -326,60 +341,66 @@ fn meta_variables(settings: &Settings, req: &Request<'_>, l: &Launch<'_>, progra
         }
         _ => req.target,
     };
-    set("REQUEST_URI", uri.split('#').next().unwrap_or(uri).as_bytes());
-    set("SCRIPT_NAME", &script_name);
-    set("SCRIPT_FILENAME", program.as_os_str().as_bytes());
-    set("DOCUMENT_ROOT", settings.root.as_os_str().as_bytes());
-    if !path_info.is_empty() {
-        set("PATH_INFO", &path_info);
-        let mut translated = settings.root.as_os_str().as_bytes().to_vec();
-        translated.extend_from_slice(&path_info);
-        set("PATH_TRANSLATED", &translated);
+    set(b"REQUEST_URI", uri.split('#').next().unwrap_or(uri).as_bytes());
+    scratch.push(b'/');
+    scratch.extend_from_slice(m.script_name);
+    set(b"SCRIPT_NAME", &scratch);
+    set(b"SCRIPT_FILENAME", m.filename);
+    set(b"DOCUMENT_ROOT", m.root);
+    if !m.path_info.is_empty() {
+        scratch.clear();
+        scratch.extend_from_slice(m.path_info);
+        if m.trailing_slash {
+            scratch.push(b'/');
+        }
+        set(b"PATH_INFO", &scratch);
+        scratch.splice(0..0, m.root.iter().copied());
+        set(b"PATH_TRANSLATED", &scratch);
     }
-    set("QUERY_STRING", req.query.unwrap_or("").as_bytes());
-    set("REMOTE_ADDR", l.peer.ip().to_string().as_bytes());
-    set("REMOTE_PORT", l.peer.port().to_string().as_bytes());
-    let host = req.host.filter(|h| !h.is_empty()).map_or_else(|| l.local.ip().to_string(), strip_port);
-    set("SERVER_NAME", host.as_bytes());
-    set("SERVER_ADDR", l.local.ip().to_string().as_bytes());
-    set("SERVER_PORT", l.local.port().to_string().as_bytes());
-    set("REDIRECT_STATUS", b"200");
-    if !l.body.is_empty() || req.has_body() {
-        set("CONTENT_LENGTH", l.body.len().to_string().as_bytes());
+    set(b"QUERY_STRING", req.query.unwrap_or("").as_bytes());
+    set(b"REMOTE_ADDR", m.peer.ip().to_string().as_bytes());
+    set(b"REMOTE_PORT", itoa::Buffer::new().format(m.peer.port()).as_bytes());
+    let host = req.host.filter(|h| !h.is_empty()).map_or_else(|| m.local.ip().to_string(), strip_port);
+    set(b"SERVER_NAME", host.as_bytes());
+    set(b"SERVER_ADDR", m.local.ip().to_string().as_bytes());
+    set(b"SERVER_PORT", itoa::Buffer::new().format(m.local.port()).as_bytes());
+    set(b"REDIRECT_STATUS", b"200");
+    if let Some(n) = m.body_len {
+        set(b"CONTENT_LENGTH", itoa::Buffer::new().format(n).as_bytes());
     }
     if let Some(ct) = req.fields.content_type {
-        set("CONTENT_TYPE", ct);
+        set(b"CONTENT_TYPE", ct);
     }
-    // HTTP_* for each field. Never `Proxy` (httpoxy: it would become
-    // HTTP_PROXY, which many clients read as their proxy); never names with
-    // `_` (they would collide with the `-` spelling); never credentials.
-    let mut seen: Vec<(OsString, Vec<u8>)> = Vec::with_capacity(req.headers.len());
-    for h in req.headers {
-        let n = h.name;
-        if n.contains('_')
+    // HTTP_* for each field, repeated fields joined in order. Never `Proxy`
+    // (httpoxy: it would become HTTP_PROXY, which many clients read as
+    // their proxy); never names with `_` (they would collide with the `-`
+    // spelling); never credentials.
+    let passed = |n: &str| {
+        !(n.contains('_')
             || n.eq_ignore_ascii_case("proxy")
             || n.eq_ignore_ascii_case("content-length")
             || n.eq_ignore_ascii_case("content-type")
             || n.eq_ignore_ascii_case("authorization")
-            || n.eq_ignore_ascii_case("proxy-authorization")
-        {
+            || n.eq_ignore_ascii_case("proxy-authorization"))
+    };
+    let mut value = Vec::new();
+    for (i, h) in req.headers.iter().enumerate() {
+        let n = h.name;
+        if !passed(n) || req.headers[..i].iter().any(|e| e.name.eq_ignore_ascii_case(n)) {
             continue;
         }
-        let key: OsString = format!("HTTP_{}", n.to_ascii_uppercase().replace('-', "_")).into();
-        let value = h.value.trim_ascii();
-        match seen.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => {
-                v.extend_from_slice(if n.eq_ignore_ascii_case("cookie") { b"; " } else { b", " });
-                v.extend_from_slice(value);
-            }
-            None => seen.push((key, value.to_vec())),
+        scratch.clear();
+        scratch.extend_from_slice(b"HTTP_");
+        scratch.extend(n.bytes().map(|b| if b == b'-' { b'_' } else { b.to_ascii_uppercase() }));
+        value.clear();
+        value.extend_from_slice(h.value.trim_ascii());
+        for later in req.headers[i + 1..].iter().filter(|e| e.name.eq_ignore_ascii_case(n)) {
+            value.extend_from_slice(if n.eq_ignore_ascii_case("cookie") { b"; " } else { b", " });
+            value.extend_from_slice(later.value.trim_ascii());
         }
+        set(&scratch, &value);
     }
-    env.extend(seen.into_iter().map(|(k, v)| (k, OsString::from_vec(v))));
-    env
 }
-
-use std::os::unix::ffi::OsStringExt;
 
 fn strip_port(host: &str) -> String {
     if host.starts_with('[') {
@@ -399,13 +420,11 @@ enum Output {
     Done,
 }
 
-/// A running program and the state of its output.
-pub struct Running {
-    pid: Pid,
-    stdout: OwnedFd,
-    /// Edge-triggered readiness of `stdout`, as for sockets in `conn.rs`.
-    may_read: bool,
-    eof_pending: bool,
+/// What a gateway (a CGI program, a FastCGI application) prints, turned
+/// into the response (RFC 3875 §6): its head checked and rewritten (Status,
+/// Location, local redirects; an invalid field refuses the whole response),
+/// its body framed for the client.
+pub struct Response {
     /// `nph-` programs print the whole response, status line included.
     nph: bool,
     head_only: bool,
@@ -415,11 +434,22 @@ pub struct Running {
     pub status: u16,
     /// Body bytes relayed.
     pub body_bytes: u64,
-    /// The last byte of a `Content-Length` body, sent once the program
-    /// exited cleanly.
+    /// The last byte of a `Content-Length` body, sent once the gateway
+    /// ended cleanly.
     held: Option<u8>,
+}
+
+/// A running program and the state of its output.
+pub struct Running {
+    pid: Pid,
+    stdout: OwnedFd,
+    /// Edge-triggered readiness of `stdout`, as for sockets in `conn.rs`.
+    may_read: bool,
+    eof_pending: bool,
+    pub response: Response,
     /// A pidfd, readable once the program exits (while waiting for it).
     exit_fd: Option<OwnedFd>,
+    started: Instant,
 }
 
 /// What relaying found.
@@ -449,11 +479,6 @@ impl Running {
         self.pid
     }
 
-    /// Whether the response head has been queued.
-    pub fn head_sent(&self) -> bool {
-        self.status != 0
-    }
-
     /// Whether the output pipe may have bytes (or its end) to read.
     pub fn readable(&self) -> bool {
         self.may_read
@@ -465,13 +490,18 @@ impl Running {
         self.eof_pending |= closed;
     }
 
+    /// Whether the program has run past `timeout`.
+    pub fn expired(&self, now: Instant, timeout: Duration) -> bool {
+        now.saturating_duration_since(self.started) > timeout
+    }
+
     /// Reads what the program printed and queues response bytes (reading at
     /// most `chunk` bytes at a time); `params` shape the response head.
     pub fn pump(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize) -> Pump {
         if !self.may_read {
             return Pump::Wait;
         }
-        match &mut self.output {
+        match &mut self.response.output {
             Output::Head(head) => {
                 head.reserve(chunk.min(MAX_HEAD));
                 let spare = head.capacity() - head.len();
@@ -488,11 +518,9 @@ impl Running {
                 }
                 if n == 0 {
                     self.may_read = false;
-                    log!(Level::Warn, "CGI program ended without a complete response head");
-                    return Pump::Fail(502);
+                    return self.response.end(out);
                 }
-                let head = std::mem::take(head);
-                self.on_head(out, params, head)
+                self.response.on_head(out, params)
             }
             Output::Body(..) => self.relay(out, chunk),
             Output::Exiting(..) => self.ended(out),
@@ -500,8 +528,152 @@ impl Running {
         }
     }
 
-    /// Handles bytes collected so far of the program's head.
-    fn on_head(&mut self, out: &mut OutQueue, params: &Params<'_>, head: Vec<u8>) -> Pump {
+    /// Reads body bytes from the program straight into the output buffer
+    /// and frames them there.
+    fn relay(&mut self, out: &mut OutQueue, chunk: usize) -> Pump {
+        let (at, room) = self.response.body_room(out);
+        out.buf.reserve(chunk);
+        let spare = out.buf.capacity() - out.buf.len();
+        let n = match read(&self.stdout, &mut out.buf) {
+            Ok(n) => n,
+            Err(e) => {
+                out.buf.truncate(at);
+                if sys::would_block(&e) {
+                    self.may_read = false;
+                    return Pump::Wait;
+                }
+                return self.ended(out);
+            }
+        };
+        if n < spare && !self.eof_pending {
+            self.may_read = false;
+        }
+        if n == 0 {
+            out.buf.truncate(at);
+            return self.ended(out);
+        }
+        self.response.frame(out, at, room);
+        out.commit_buf();
+        Pump::Progress
+    }
+
+    /// The output ended: close the framing once the exit status is known.
+    fn ended(&mut self, out: &mut OutQueue) -> Pump {
+        let r = &self.response;
+        let (framing, remaining) = match r.output {
+            Output::Body(f, r) | Output::Exiting(f, r) => (f, r),
+            _ => return Pump::Done { keep_alive: false },
+        };
+        let waits = !r.head_only
+            && match framing {
+                Framing::Chunked => true,
+                Framing::Length(_) => remaining == 0 && r.held.is_some(),
+                Framing::Close => false,
+            };
+        if !waits {
+            // Nothing left that could tell a client the response is cut.
+            return self.finish(out, framing, remaining, true);
+        }
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        match waitid(WaitId::Pid(self.pid), options) {
+            Ok(Some(status)) => {
+                let clean = status.exit_status() == Some(0);
+                if !clean {
+                    log!(Level::Warn, "CGI program {}; its response was cut short", describe(&status));
+                }
+                self.finish(out, framing, remaining, clean)
+            }
+            Ok(None) => {
+                // From now on readiness is the pidfd's.
+                self.may_read = false;
+                self.response.output = Output::Exiting(framing, remaining);
+                if self.exit_fd.is_none() {
+                    match rustix::process::pidfd_open(self.pid, rustix::process::PidfdFlags::empty()) {
+                        Ok(fd) => self.exit_fd = Some(fd),
+                        // No pidfd: the output's end must do.
+                        Err(_) => return self.finish(out, framing, remaining, true),
+                    }
+                    return Pump::AwaitExit;
+                }
+                Pump::Wait
+            }
+            // Already reaped, or not ours: nothing tells it went wrong.
+            Err(_) => self.finish(out, framing, remaining, true),
+        }
+    }
+
+    /// The descriptor to watch after [`Pump::AwaitExit`].
+    pub fn exit_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.exit_fd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// Closes the framing (see [`Response::finish`]); the pidfd is done.
+    fn finish(&mut self, out: &mut OutQueue, framing: Framing, remaining: u64, clean: bool) -> Pump {
+        self.exit_fd = None;
+        self.response.finish(out, framing, remaining, clean)
+    }
+}
+
+impl Response {
+    pub fn new(req: &Request<'_>, nph: bool) -> Response {
+        Response {
+            nph,
+            head_only: req.method == Method::Head,
+            http10: req.version == Version::Http10,
+            output: Output::Head(Vec::new()),
+            status: 0,
+            body_bytes: 0,
+            held: None,
+        }
+    }
+
+    /// Whether the response head has been queued.
+    pub fn head_sent(&self) -> bool {
+        self.status != 0
+    }
+
+    /// Takes bytes the gateway printed, copying them into `out`.
+    pub fn feed(&mut self, out: &mut OutQueue, params: &Params<'_>, data: &[u8]) -> Pump {
+        match &mut self.output {
+            Output::Head(head) => {
+                head.extend_from_slice(data);
+                self.on_head(out, params)
+            }
+            Output::Body(..) => {
+                let (at, room) = self.body_room(out);
+                out.buf.extend_from_slice(data);
+                self.frame(out, at, room);
+                out.commit_buf();
+                Pump::Progress
+            }
+            Output::Exiting(..) | Output::Done => Pump::Progress,
+        }
+    }
+
+    /// The gateway's output ended, cleanly: close the framing (or fail,
+    /// when not even the head arrived).
+    pub fn end(&mut self, out: &mut OutQueue) -> Pump {
+        match self.output {
+            Output::Head(_) => {
+                log!(Level::Warn, "gateway output ended without a complete response head");
+                Pump::Fail(502)
+            }
+            Output::Body(f, r) | Output::Exiting(f, r) => self.finish(out, f, r, true),
+            Output::Done => Pump::Done { keep_alive: false },
+        }
+    }
+
+    /// The output broke off mid-body: the response cannot be completed,
+    /// so the connection closes after what was relayed.
+    pub fn abandon(&mut self) -> Pump {
+        self.output = Output::Done;
+        Pump::Done { keep_alive: false }
+    }
+
+    /// Handles the bytes collected so far of the head.
+    fn on_head(&mut self, out: &mut OutQueue, params: &Params<'_>) -> Pump {
+        let Output::Head(head) = &mut self.output else { unreachable!("on_head after the head") };
+        let head = std::mem::take(head);
         if self.nph {
             // Relayed untouched; the program frames its own response, so
             // the connection ends with it.
@@ -514,7 +686,7 @@ impl Running {
         }
         let Some((end, body_start)) = find_head_end(&head) else {
             if head.len() > MAX_HEAD {
-                log!(Level::Warn, "CGI response head larger than {MAX_HEAD} bytes");
+                log!(Level::Warn, "gateway response head larger than {MAX_HEAD} bytes");
                 return Pump::Fail(502);
             }
             self.output = Output::Head(head);
@@ -523,7 +695,7 @@ impl Running {
         let fields = match parse_fields(&head[..end]) {
             Ok(fields) => fields,
             Err(why) => {
-                log!(Level::Warn, "CGI response refused: {why}");
+                log!(Level::Warn, "gateway response refused: {why}");
                 return Pump::Fail(502);
             }
         };
@@ -538,7 +710,7 @@ impl Running {
             Some(v) => match parse_status(v) {
                 Some(s) => s,
                 None => {
-                    log!(Level::Warn, "CGI printed an invalid Status: {:?}", String::from_utf8_lossy(v));
+                    log!(Level::Warn, "gateway printed an invalid Status: {:?}", String::from_utf8_lossy(v));
                     return Pump::Fail(502);
                 }
             },
@@ -588,38 +760,14 @@ impl Running {
         Pump::Progress
     }
 
-    /// Reads body bytes from the program straight into the output buffer
-    /// and frames them there.
-    fn relay(&mut self, out: &mut OutQueue, chunk: usize) -> Pump {
-        let Output::Body(framing, _) = self.output else { unreachable!("relay before the head") };
+    /// Where body bytes go in `out.buf`: after room for the chunk size,
+    /// written once the length is known, so the data is never moved.
+    fn body_room(&self, out: &mut OutQueue) -> (usize, usize) {
+        let chunked = matches!(self.output, Output::Body(Framing::Chunked, _));
         let at = out.buf.len();
-        let room = if framing == Framing::Chunked { CHUNK_SIZE_ROOM } else { 0 };
-        // Room for the chunk size, written once the length is known, so the
-        // data is never moved.
+        let room = if chunked { CHUNK_SIZE_ROOM } else { 0 };
         out.buf.resize(at + room, b'0');
-        out.buf.reserve(chunk);
-        let spare = out.buf.capacity() - out.buf.len();
-        let n = match read(&self.stdout, &mut out.buf) {
-            Ok(n) => n,
-            Err(e) => {
-                out.buf.truncate(at);
-                if sys::would_block(&e) {
-                    self.may_read = false;
-                    return Pump::Wait;
-                }
-                return self.ended(out);
-            }
-        };
-        if n < spare && !self.eof_pending {
-            self.may_read = false;
-        }
-        if n == 0 {
-            out.buf.truncate(at);
-            return self.ended(out);
-        }
-        self.frame(out, at, room);
-        out.commit_buf();
-        Pump::Progress
+        (at, room)
     }
 
     /// Frames the body bytes appended to `out.buf` at `at + room` (after
@@ -633,7 +781,7 @@ impl Running {
             out.buf.truncate(data_at + keep);
             *remaining -= keep as u64;
             if *remaining == 0 && keep > 0 && !self.head_only {
-                // The body's last byte waits for the exit status.
+                // The body's last byte waits for a clean end.
                 self.held = out.buf.pop();
             }
         }
@@ -655,60 +803,10 @@ impl Running {
         }
     }
 
-    /// The output ended: close the framing once the exit status is known.
-    fn ended(&mut self, out: &mut OutQueue) -> Pump {
-        let (framing, remaining) = match self.output {
-            Output::Body(f, r) | Output::Exiting(f, r) => (f, r),
-            _ => return Pump::Done { keep_alive: false },
-        };
-        let waits = !self.head_only
-            && match framing {
-                Framing::Chunked => true,
-                Framing::Length(_) => remaining == 0 && self.held.is_some(),
-                Framing::Close => false,
-            };
-        if !waits {
-            // Nothing left that could tell a client the response is cut.
-            return self.finish(out, framing, remaining, true);
-        }
-        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-        match waitid(WaitId::Pid(self.pid), options) {
-            Ok(Some(status)) => {
-                let clean = status.exit_status() == Some(0);
-                if !clean {
-                    log!(Level::Warn, "CGI program {}; its response was cut short", describe(&status));
-                }
-                self.finish(out, framing, remaining, clean)
-            }
-            Ok(None) => {
-                // From now on readiness is the pidfd's.
-                self.may_read = false;
-                self.output = Output::Exiting(framing, remaining);
-                if self.exit_fd.is_none() {
-                    match rustix::process::pidfd_open(self.pid, rustix::process::PidfdFlags::empty()) {
-                        Ok(fd) => self.exit_fd = Some(fd),
-                        // No pidfd: the output's end must do.
-                        Err(_) => return self.finish(out, framing, remaining, true),
-                    }
-                    return Pump::AwaitExit;
-                }
-                Pump::Wait
-            }
-            // Already reaped, or not ours: nothing tells it went wrong.
-            Err(_) => self.finish(out, framing, remaining, true),
-        }
-    }
-
-    /// The descriptor to watch after [`Pump::AwaitExit`].
-    pub fn exit_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        self.exit_fd.as_ref().map(|fd| fd.as_fd())
-    }
-
-    /// Closes the framing: completely when the program exited cleanly,
+    /// Closes the framing: completely when the program ended cleanly,
     /// else not at all (the connection closes, the client sees the cut).
-    fn finish(&mut self, out: &mut OutQueue, framing: Framing, remaining: u64, clean: bool) -> Pump {
+    pub fn finish(&mut self, out: &mut OutQueue, framing: Framing, remaining: u64, clean: bool) -> Pump {
         self.output = Output::Done;
-        self.exit_fd = None;
         let keep_alive = match framing {
             _ if self.head_only => framing != Framing::Close,
             _ if !clean => false,

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use tern_http::{Method, Request};
 
+use super::fastcgi;
 use crate::compress::Compression;
 use crate::config::WhenFull;
 use crate::metrics::{Ending, Totals};
@@ -22,6 +23,7 @@ pub fn serve(
     req: &Request<'_>,
     peer: SocketAddr,
     compression: &Compression,
+    fastcgi: &fastcgi::Settings,
     reply: &mut Reply<'_>,
     w: &mut Worker<'_>,
 ) {
@@ -79,6 +81,7 @@ pub fn serve(
                             else { t.open_file_hits as f64 / (t.open_file_hits + t.open_file_misses) as f64 },
             },
             "compression": compression_json(compression, &t),
+            "fastcgi": fastcgi_json(fastcgi),
         });
         let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
         text.push(b'\n');
@@ -91,6 +94,7 @@ pub fn serve(
     }
     let mut text = prometheus(&t, uptime, server.workers.len(), server.cgi_running.load(Relaxed) as u64);
     compression_prometheus(&mut text, compression, &t);
+    fastcgi_prometheus(&mut text, fastcgi);
     reply.head(200);
     reply.header("Content-Type", b"text/plain; version=0.0.4; charset=utf-8");
     reply.header("Cache-Control", b"no-store");
@@ -150,6 +154,94 @@ fn compression_json(c: &Compression, t: &Totals) -> serde_json::Value {
         "sidecars": stats.sidecars.load(Relaxed),
         "codings": codings,
     })
+}
+
+/// One backend's pool: connections open, idle and busy, requests waiting,
+/// failures, and how many requests reused a kept-alive connection.
+struct PoolFigures {
+    name: String,
+    open: u64,
+    idle: u64,
+    busy: u64,
+    waiting: u64,
+    max: u64,
+    connects: u64,
+    reused: u64,
+    retried: u64,
+    failed: u64,
+    queue_timeouts: u64,
+    timeouts: u64,
+}
+
+fn pool_figures(f: &fastcgi::Settings) -> Vec<PoolFigures> {
+    f.backends
+        .iter()
+        .map(|b| {
+            let (p, st) = (b.pool.snapshot(), &b.pool.stats);
+            PoolFigures {
+                name: b.name.clone(),
+                open: p.open as u64,
+                idle: p.idle as u64,
+                busy: (p.open - p.idle) as u64,
+                waiting: p.waiting as u64,
+                max: b.pool.cap() as u64,
+                connects: st.connects.load(Relaxed),
+                reused: st.reused.load(Relaxed),
+                retried: st.retried.load(Relaxed),
+                failed: st.failed.load(Relaxed),
+                queue_timeouts: st.queue_timeouts.load(Relaxed),
+                timeouts: st.timeouts.load(Relaxed),
+            }
+        })
+        .collect()
+}
+
+fn fastcgi_json(f: &fastcgi::Settings) -> serde_json::Value {
+    let mut backends = serde_json::Map::new();
+    for p in pool_figures(f) {
+        let uses = p.reused + p.connects;
+        backends.insert(
+            p.name,
+            serde_json::json!({
+                "open": p.open,
+                "idle": p.idle,
+                "busy": p.busy,
+                "waiting": p.waiting,
+                "max_connections": p.max,
+                "connects": p.connects,
+                "reused": p.reused,
+                "reuse_ratio": if uses == 0 { 0.0 } else { p.reused as f64 / uses as f64 },
+                "retried": p.retried,
+                "502": p.failed,
+                "503": p.queue_timeouts,
+                "504": p.timeouts,
+            }),
+        );
+    }
+    serde_json::json!({ "backends": backends })
+}
+
+fn fastcgi_prometheus(s: &mut String, f: &fastcgi::Settings) {
+    let figures = pool_figures(f);
+    if figures.is_empty() {
+        return;
+    }
+    let mut metric = |name: &str, kind: &str, help: &str, value: &dyn Fn(&PoolFigures) -> u64| {
+        let _ = writeln!(s, "# HELP tern_fastcgi_{name} {help}\n# TYPE tern_fastcgi_{name} {kind}");
+        for p in &figures {
+            let _ = writeln!(s, "tern_fastcgi_{name}{{backend=\"{}\"}} {}", p.name, value(p));
+        }
+    };
+    metric("connections_open", "gauge", "Connections open to the backend.", &|p| p.open);
+    metric("connections_idle", "gauge", "Kept-alive connections idle in the pool.", &|p| p.idle);
+    metric("connections_busy", "gauge", "Connections carrying a request.", &|p| p.busy);
+    metric("waiting", "gauge", "Requests waiting for a connection.", &|p| p.waiting);
+    metric("connects_total", "counter", "Connections opened.", &|p| p.connects);
+    metric("reused_total", "counter", "Requests sent on a kept-alive connection.", &|p| p.reused);
+    metric("retried_total", "counter", "Requests retried after a kept-alive connection closed.", &|p| p.retried);
+    metric("bad_gateway_total", "counter", "Requests answered 502.", &|p| p.failed);
+    metric("queue_timeouts_total", "counter", "Requests answered 503 after waiting.", &|p| p.queue_timeouts);
+    metric("timeouts_total", "counter", "Requests answered 504.", &|p| p.timeouts);
 }
 
 fn compression_prometheus(s: &mut String, c: &Compression, t: &Totals) {

@@ -1,6 +1,8 @@
 //! The site: routes a request to the handler that answers it.
 
+pub mod backend;
 pub mod cgi;
+pub mod fastcgi;
 pub mod hidden;
 pub mod internal;
 pub mod static_files;
@@ -16,12 +18,14 @@ use crate::error_log::log;
 use crate::reply::Reply;
 use crate::resolve::Root;
 use crate::worker::Worker;
+use backend::Job;
 
 pub struct Site {
     pub root: Root,
     pub static_files: static_files::Settings,
     pub cgi: cgi::Settings,
     pub hidden: hidden::Rule,
+    pub fastcgi: fastcgi::Settings,
     pub compression: Compression,
 }
 
@@ -36,8 +40,8 @@ pub struct Peers {
 pub enum Answer {
     /// The whole response is queued.
     Done,
-    /// A program was started; its output becomes the response.
-    Backend(cgi::Running),
+    /// A backend was started; its output becomes the response.
+    Backend(Job),
 }
 
 impl Site {
@@ -53,6 +57,7 @@ impl Site {
             static_files: static_files::Settings::new(config),
             cgi: cgi::Settings::new(config)?,
             hidden: hidden::Rule::new(config),
+            fastcgi: fastcgi::Settings::new(config)?,
             compression,
         })
     }
@@ -68,7 +73,7 @@ impl Site {
     ) -> Answer {
         let status = &w.config.status;
         if status.enabled && (req.path == status.path || req.path == status.metrics_path) {
-            internal::serve(req, peers.peer, &self.compression, reply, w);
+            internal::serve(req, peers.peer, &self.compression, &self.fastcgi, reply, w);
             return Answer::Done;
         }
         if req.form == TargetForm::Asterisk || req.form == TargetForm::Authority {
@@ -86,6 +91,30 @@ impl Site {
         if self.hidden.refuses(&w.path) {
             reply.error(404);
             return Answer::Done;
+        }
+        match self.fastcgi.locate(&self.root, &w.path, &mut w.scratch) {
+            None => {}
+            Some(Err(err)) => {
+                reply.error(err.status());
+                return Answer::Done;
+            }
+            Some(Ok(route)) => {
+                let launch = fastcgi::Launch {
+                    route,
+                    rel: &w.path,
+                    trailing_slash: norm.trailing_slash,
+                    body,
+                    peer: peers.peer,
+                    local: peers.local,
+                };
+                return match fastcgi::start(req, launch) {
+                    Ok(exchange) => Answer::Backend(Job::FastCgi(Box::new(exchange))),
+                    Err(status) => {
+                        reply.error(status);
+                        Answer::Done
+                    }
+                };
+            }
         }
         match self.cgi.locate(&self.root, &w.path) {
             None => {
@@ -113,7 +142,7 @@ impl Site {
                 match cgi::start(&self.cgi, &w.server.cgi_running, req, &launch) {
                     Ok(running) => {
                         w.stats.cgi_started.incr();
-                        Answer::Backend(running)
+                        Answer::Backend(Job::Cgi(running))
                     }
                     Err(cgi::StartError::AsRoot) => {
                         log!(Level::Warn, "refused to run {:?} as root (set server.user or cgi.allow_root)", req.path);

@@ -1,0 +1,120 @@
+//! The configured FastCGI backends and which requests each answers: by
+//! extension or URL prefix, the path split into script and `PATH_INFO`,
+//! the script checked to exist.
+
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustix::fs::FileType;
+
+use super::pool::Pool;
+use crate::config::Config;
+use crate::resolve::{ResolveError, Root};
+
+/// One configured backend: its routes, its pool and its limits.
+pub struct Backend {
+    pub name: String,
+    pub pool: Pool,
+    extensions: Vec<String>,
+    /// Normalised (relative) prefixes, e.g. `app`.
+    prefixes: Vec<Vec<u8>>,
+    split: regex_lite::Regex,
+    check_file: bool,
+    /// The document root as the application sees it.
+    pub root: Vec<u8>,
+    pub keep_conn: bool,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    pub queue_timeout: Duration,
+}
+
+/// The `[fastcgi]` configuration, prepared once.
+pub struct Settings {
+    pub backends: Vec<Arc<Backend>>,
+}
+
+/// A request routed to a backend: the backend and the length of the
+/// normalised path that names the script (the rest is `PATH_INFO`).
+pub struct Route {
+    pub backend: Arc<Backend>,
+    pub script_len: usize,
+}
+
+impl Settings {
+    pub fn new(config: &Config) -> io::Result<Settings> {
+        let mut backends = Vec::new();
+        for (name, b) in &config.fastcgi.backends {
+            let root = match &b.root {
+                Some(r) => r.clone(),
+                None => std::fs::canonicalize(&config.server.root)?,
+            };
+            backends.push(Arc::new(Backend {
+                name: name.clone(),
+                pool: Pool::new(b.address.clone(), b.max_connections.0),
+                extensions: b.extensions.iter().map(|e| e.trim_start_matches('.').to_string()).collect(),
+                prefixes: b.prefixes.iter().map(|p| p.0.trim_matches('/').as_bytes().to_vec()).collect(),
+                split: b.split_path_info.0.clone(),
+                check_file: b.check_file,
+                root: root.as_os_str().as_bytes().to_vec(),
+                keep_conn: b.keep_conn,
+                connect_timeout: b.connect_timeout.0,
+                read_timeout: b.read_timeout.0,
+                queue_timeout: b.queue_timeout.0,
+            }));
+        }
+        Ok(Settings { backends })
+    }
+
+    /// The backend for the normalised path `rel`, if any; `scratch` holds
+    /// the path for the split pattern. With `check_file`, the script must
+    /// be a regular file (else `404`).
+    pub fn locate(&self, root: &Root, rel: &[u8], scratch: &mut Vec<u8>) -> Option<Result<Route, ResolveError>> {
+        if self.backends.is_empty() {
+            return None;
+        }
+        scratch.clear();
+        scratch.push(b'/');
+        scratch.extend_from_slice(rel);
+        for backend in &self.backends {
+            let script_len = backend.split_at(scratch).max(1) - 1;
+            let script = &rel[..script_len];
+            let by_prefix = backend
+                .prefixes
+                .iter()
+                .any(|p| rel == p.as_slice() || (rel.starts_with(p) && rel.get(p.len()) == Some(&b'/')));
+            let name = script.rsplit(|&b| b == b'/').next().unwrap_or(script);
+            let by_extension = backend.extensions.iter().any(|e| {
+                name.len() > e.len() + 1 && name.ends_with(e.as_bytes()) && name[name.len() - e.len() - 1] == b'.'
+            });
+            if !by_prefix && !by_extension {
+                continue;
+            }
+            if backend.check_file {
+                match root.probe(script) {
+                    Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {}
+                    Ok(_) if script.is_empty() => return Some(Err(ResolveError::Forbidden)),
+                    Ok(_) => return Some(Err(ResolveError::NotFound)),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
+            return Some(Ok(Route { backend: backend.clone(), script_len }));
+        }
+        None
+    }
+}
+
+impl Backend {
+    /// Where the script ends in `path` (`/…`): after the split pattern's
+    /// first capture, or the whole path.
+    fn split_at(&self, path: &[u8]) -> usize {
+        let Ok(text) = std::str::from_utf8(path) else { return path.len() };
+        match self.split.captures(text).and_then(|c| c.get(1).zip(c.get(2))) {
+            Some((script, info)) if script.start() == 0 && script.end() == info.start() && info.end() == path.len() => {
+                script.end()
+            }
+            _ => path.len(),
+        }
+    }
+}

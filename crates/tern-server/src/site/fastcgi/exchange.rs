@@ -1,0 +1,398 @@
+//! One request's exchange with a FastCGI backend, driven by readiness like
+//! a CGI pipe: wait for a connection, connect, write the records, read the
+//! reply. What the application prints on `STDOUT` goes through the CGI
+//! response parser as it arrives; `STDERR` goes to the error log;
+//! `END_REQUEST` ends the response.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tern_http::Request;
+
+use super::backends::Backend;
+use super::pool::{Checkout, Grant, Ticket};
+use super::proto::{Decoder, Event, ID, REQUEST_COMPLETE};
+use crate::body::OutQueue;
+use crate::config::Level;
+use crate::error_log::log;
+use crate::reply::Params;
+use crate::site::cgi::{Pump, Response};
+use crate::sys;
+use crate::worker::Worker;
+
+enum Stage {
+    /// Waiting in the pool's queue (its eventfd is the watched descriptor).
+    Queued(Arc<Ticket>),
+    /// A TCP connection in progress.
+    Connecting,
+    /// Writing the request, reading the reply.
+    Talking,
+    /// `END_REQUEST` arrived.
+    Ended,
+}
+
+pub struct Exchange {
+    backend: Arc<Backend>,
+    stage: Stage,
+    link: Option<OwnedFd>,
+    /// Whether this exchange holds one of the pool's places (a connection
+    /// open or being opened).
+    placed: bool,
+    /// The link came kept-alive from the pool.
+    reused: bool,
+    retried: bool,
+    /// The request's records, and how many bytes of them were written.
+    records: Vec<u8>,
+    sent: usize,
+    input: Vec<u8>,
+    decoder: Decoder,
+    pub response: Response,
+    /// Edge-triggered readiness of the watched descriptor.
+    may_read: bool,
+    may_write: bool,
+    /// Bytes came back on the current link.
+    received: bool,
+    /// The request ended cleanly: the link may serve another.
+    reusable: bool,
+    /// Start of the current wait (queue, connect, or silence).
+    since: Instant,
+    /// The connection's key in its engine.
+    key: usize,
+    request_line: String,
+}
+
+impl Exchange {
+    pub fn start(backend: Arc<Backend>, req: &Request<'_>, records: Vec<u8>) -> Result<Exchange, u16> {
+        let checkout = backend.pool.checkout();
+        let mut x = Exchange {
+            backend,
+            stage: Stage::Talking,
+            link: None,
+            placed: false,
+            reused: false,
+            retried: false,
+            records,
+            sent: 0,
+            input: Vec::new(),
+            decoder: Decoder::new(ID),
+            response: Response::new(req, false),
+            may_read: false,
+            may_write: false,
+            received: false,
+            reusable: false,
+            since: Instant::now(),
+            key: 0,
+            request_line: req.request_line.to_string(),
+        };
+        match checkout {
+            Ok(Checkout::Idle(fd)) => x.adopt(fd),
+            Ok(Checkout::Connect) => {
+                x.placed = true;
+                x.open()?;
+            }
+            Ok(Checkout::Wait(ticket)) => x.stage = Stage::Queued(ticket),
+            Err(e) => {
+                log!(Level::Error, "FastCGI backend {}: cannot wait for a connection: {e}", x.backend.name);
+                return Err(500);
+            }
+        }
+        Ok(x)
+    }
+
+    /// Starts talking on a kept-alive connection.
+    fn adopt(&mut self, fd: OwnedFd) {
+        self.backend.pool.stats.reused.fetch_add(1, Relaxed);
+        self.link = Some(fd);
+        self.placed = true;
+        self.reused = true;
+        self.stage = Stage::Talking;
+        self.may_write = true;
+    }
+
+    /// Opens a new connection in the place this exchange holds (given up
+    /// when the backend cannot be reached: `502`).
+    fn open(&mut self) -> Result<(), u16> {
+        self.reused = false;
+        self.received = false;
+        match self.backend.pool.connect() {
+            Ok((fd, connected)) => {
+                self.link = Some(fd);
+                self.stage = if connected { Stage::Talking } else { Stage::Connecting };
+                self.may_write = connected;
+                Ok(())
+            }
+            Err(e) => {
+                log!(Level::Error, "FastCGI backend {}: cannot connect: {e}", self.backend.name);
+                self.placed = false;
+                self.backend.pool.release();
+                self.backend.pool.stats.failed.fetch_add(1, Relaxed);
+                Err(502)
+            }
+        }
+    }
+
+    /// Registers the descriptor this exchange waits on as connection
+    /// `key`'s backend descriptor.
+    pub fn watch(&mut self, key: usize, w: &Worker<'_>) -> io::Result<()> {
+        self.key = key;
+        self.may_read = false;
+        match (&self.stage, &self.link) {
+            (Stage::Queued(t), _) => w.watcher.watch(key, t.fd()),
+            (_, Some(fd)) => w.watcher.watch(key, fd.as_fd()),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn on_ready(&mut self, readable: bool, writable: bool, closed: bool) {
+        self.may_read |= readable || closed;
+        self.may_write |= writable;
+    }
+
+    /// Whether [`Exchange::pump`] has something to do.
+    pub fn ready(&self) -> bool {
+        match self.stage {
+            Stage::Queued(_) => self.may_read,
+            Stage::Connecting => self.may_write,
+            Stage::Talking => self.may_read || (self.may_write && self.sent < self.records.len()),
+            Stage::Ended => false,
+        }
+    }
+
+    /// Moves the exchange on: takes a granted connection, completes a
+    /// connect, writes the records, relays the reply into `out`.
+    pub fn pump(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize, w: &Worker<'_>) -> Pump {
+        let pump = self.step(out, params, chunk, w);
+        if let Pump::Fail(502) = pump {
+            self.backend.pool.stats.failed.fetch_add(1, Relaxed);
+        }
+        pump
+    }
+
+    fn step(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize, w: &Worker<'_>) -> Pump {
+        match &self.stage {
+            Stage::Queued(ticket) => {
+                let Some(grant) = ticket.take() else {
+                    self.may_read = false;
+                    return Pump::Wait;
+                };
+                // The ticket (and its eventfd, and so its watch) ends here.
+                self.stage = Stage::Talking;
+                match grant {
+                    Grant::Idle(fd) => self.adopt(fd),
+                    Grant::Permit => {
+                        self.placed = true;
+                        if let Err(status) = self.open() {
+                            return Pump::Fail(status);
+                        }
+                    }
+                }
+                self.since = w.now;
+                self.rewatch(w)
+            }
+            Stage::Connecting => {
+                if !self.may_write {
+                    return Pump::Wait;
+                }
+                let fd = self.link.as_ref().expect("connecting without a socket");
+                match socket2::SockRef::from(fd).take_error() {
+                    Ok(None) => {
+                        self.stage = Stage::Talking;
+                        self.since = w.now;
+                        Pump::Progress
+                    }
+                    Ok(Some(e)) | Err(e) => {
+                        log!(Level::Error, "FastCGI backend {}: cannot connect: {e}", self.backend.name);
+                        Pump::Fail(502)
+                    }
+                }
+            }
+            Stage::Talking => self.talk(out, params, chunk, w),
+            Stage::Ended => Pump::Wait,
+        }
+    }
+
+    /// Watches the (new) link in place of what was watched before.
+    fn rewatch(&mut self, w: &Worker<'_>) -> Pump {
+        match self.watch(self.key, w) {
+            Ok(()) => {
+                // Readiness is reported on registration; until then,
+                // assume a connected socket takes the request.
+                self.may_write = matches!(self.stage, Stage::Talking);
+                Pump::Progress
+            }
+            Err(e) => {
+                log!(Level::Error, "cannot watch a FastCGI connection: {e}");
+                Pump::Fail(502)
+            }
+        }
+    }
+
+    fn talk(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize, w: &Worker<'_>) -> Pump {
+        let fd = self.link.as_ref().expect("talking without a socket");
+        if self.may_write && self.sent < self.records.len() {
+            match rustix::net::send(fd, &self.records[self.sent..], rustix::net::SendFlags::NOSIGNAL) {
+                Ok(n) => self.sent += n,
+                Err(rustix::io::Errno::AGAIN) => self.may_write = false,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return self.broken(w, &io::Error::from(e)),
+            }
+            return Pump::Progress;
+        }
+        if !self.may_read {
+            return Pump::Wait;
+        }
+        if self.input.capacity() == 0 {
+            self.input.reserve(chunk);
+        }
+        let spare = self.input.capacity() - self.input.len();
+        match sys::read_into(fd, &mut self.input) {
+            Ok(0) => return self.broken(w, &io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                self.received = true;
+                self.since = w.now;
+                if n < spare {
+                    self.may_read = false;
+                }
+            }
+            Err(e) if sys::would_block(&e) => {
+                self.may_read = false;
+                return Pump::Wait;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Pump::Progress,
+            Err(e) => return self.broken(w, &e),
+        }
+        let mut pos = 0;
+        loop {
+            let (n, event) = match self.decoder.decode(&self.input[pos..]) {
+                Ok(decoded) => decoded,
+                Err(v) => {
+                    log!(
+                        Level::Warn,
+                        "FastCGI backend {}: {} (answering {:?})",
+                        self.backend.name,
+                        v.0,
+                        self.request_line
+                    );
+                    self.stage = Stage::Ended;
+                    return if self.response.head_sent() { self.response.abandon() } else { Pump::Fail(502) };
+                }
+            };
+            pos += n;
+            match event {
+                None => break,
+                Some(Event::Stdout(data)) => match self.response.feed(out, params, data) {
+                    Pump::Progress => {}
+                    other => {
+                        self.stage = Stage::Ended;
+                        return other;
+                    }
+                },
+                Some(Event::Stderr(text)) => log!(
+                    Level::Warn,
+                    "FastCGI backend {} stderr for {:?}: {}",
+                    self.backend.name,
+                    self.request_line,
+                    String::from_utf8_lossy(text).trim_end()
+                ),
+                Some(Event::End { protocol_status, .. }) => {
+                    self.stage = Stage::Ended;
+                    self.reusable =
+                        self.backend.keep_conn && protocol_status == REQUEST_COMPLETE && pos == self.input.len();
+                    self.input = Vec::new();
+                    return self.response.end(out);
+                }
+            }
+        }
+        self.input.drain(..pos);
+        Pump::Progress
+    }
+
+    /// The link failed before `END_REQUEST`. A kept-alive link that gave
+    /// nothing back was most likely closed by the backend between requests
+    /// (php-fpm recycling a child): the request goes once more, on a fresh
+    /// connection. Otherwise `502`, or a cut response when its head is out.
+    fn broken(&mut self, w: &Worker<'_>, err: &io::Error) -> Pump {
+        self.link = None;
+        if self.reused && !self.received && !self.retried {
+            self.retried = true;
+            self.backend.pool.stats.retried.fetch_add(1, Relaxed);
+            self.sent = 0;
+            self.input.clear();
+            self.decoder = Decoder::new(ID);
+            if let Err(status) = self.open() {
+                return Pump::Fail(status);
+            }
+            self.since = w.now;
+            return self.rewatch(w);
+        }
+        log!(
+            Level::Warn,
+            "FastCGI backend {}: connection lost answering {:?}: {err}",
+            self.backend.name,
+            self.request_line
+        );
+        self.stage = Stage::Ended;
+        if self.response.head_sent() {
+            return self.response.abandon();
+        }
+        Pump::Fail(502)
+    }
+
+    /// The status to answer when the current wait has lasted too long:
+    /// `503` in the queue, `502` connecting, `504` for a silent backend
+    /// (not while the reply waits for a slow client: `client_blocked`).
+    pub fn expired(&mut self, now: Instant, client_blocked: bool) -> Option<u16> {
+        if client_blocked && matches!(self.stage, Stage::Talking) {
+            self.since = now;
+            return None;
+        }
+        let b = &self.backend;
+        let waited = now.saturating_duration_since(self.since);
+        let (limit, status): (Duration, u16) = match self.stage {
+            Stage::Queued(_) => (b.queue_timeout, 503),
+            Stage::Connecting => (b.connect_timeout, 502),
+            Stage::Talking => (b.read_timeout, 504),
+            Stage::Ended => return None,
+        };
+        if waited <= limit {
+            return None;
+        }
+        let counter = match status {
+            503 => &b.pool.stats.queue_timeouts,
+            502 => &b.pool.stats.failed,
+            _ => &b.pool.stats.timeouts,
+        };
+        counter.fetch_add(1, Relaxed);
+        log!(Level::Warn, "FastCGI backend {}: {status} after {limit:?} answering {:?}", b.name, self.request_line);
+        Some(status)
+    }
+
+    /// Ends the exchange: a link that finished its request cleanly goes
+    /// back to the pool (unless `close`); anything else is closed, which
+    /// also tells the backend to abandon the request.
+    pub fn end(&mut self, w: &Worker<'_>, close: bool) {
+        if !close && self.reusable {
+            if let Some(fd) = self.link.take() {
+                let _ = w.watcher.unwatch(fd.as_fd());
+                self.placed = false;
+                self.backend.pool.put_back(fd);
+            }
+        }
+    }
+}
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        if let Stage::Queued(ticket) = &self.stage {
+            self.backend.pool.cancel(ticket);
+        }
+        // Closing the socket ends its watch too.
+        self.link = None;
+        if self.placed {
+            self.backend.pool.release();
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! FastCGI: the request record stream a backend gets for a request. Which
+//! backend answers is `backends.rs`, the exchange itself `exchange.rs`, the
+//! connections `pool.rs`, the wire format `proto.rs`.
+
+pub mod backends;
+pub mod exchange;
+pub mod pool;
+pub mod proto;
+
+use tern_http::Request;
+
+use super::cgi::{self, Meta};
+pub use backends::{Route, Settings};
+use exchange::Exchange;
+use proto::ID;
+
+/// What a request needs to start an exchange, beyond the request itself.
+pub struct Launch<'a> {
+    pub route: Route,
+    pub rel: &'a [u8],
+    pub trailing_slash: bool,
+    pub body: &'a [u8],
+    pub peer: std::net::SocketAddr,
+    pub local: std::net::SocketAddr,
+}
+
+/// Encodes the request's records and takes a connection (or a place in
+/// the queue). `Err`: the status to answer at once.
+pub fn start(req: &Request<'_>, l: Launch<'_>) -> Result<Exchange, u16> {
+    let backend = l.route.backend;
+    let script = &l.rel[..l.route.script_len];
+    let mut filename = Vec::with_capacity(backend.root.len() + script.len() + 1);
+    filename.extend_from_slice(&backend.root);
+    filename.push(b'/');
+    filename.extend_from_slice(script);
+    let meta = Meta {
+        root: &backend.root,
+        script_name: script,
+        filename: &filename,
+        path_info: &l.rel[l.route.script_len..],
+        trailing_slash: l.trailing_slash,
+        body_len: Some(l.body.len() as u64).filter(|&n| n > 0 || req.has_body()),
+        peer: l.peer,
+        local: l.local,
+    };
+    let mut records = Vec::with_capacity(1024 + l.body.len() + l.body.len() / 0xffff * 8);
+    proto::begin_request(&mut records, ID, backend.keep_conn);
+    let mut params = proto::Params::new(&mut records, ID);
+    cgi::meta_variables(req, &meta, &mut |k, v| params.pair(k, v));
+    params.finish();
+    proto::stream(&mut records, proto::STDIN, ID, l.body);
+    proto::end_stream(&mut records, proto::STDIN, ID);
+    Exchange::start(backend, req, records)
+}
