@@ -476,3 +476,32 @@ fn past_the_cap_requests_wait_then_get_503() {
     assert_eq!(slow.join().unwrap(), 200);
     assert_eq!(get(addr, "/hello.php", "").body, b"hello");
 }
+
+/// The bundled demo site's PHP page, as site/tern.toml configures it (with
+/// php-fpm's socket moved into a scratch directory).
+#[test]
+fn the_demo_site_runs_its_php_page() {
+    let site = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../site");
+    let dir = tempfile::tempdir().unwrap();
+    let fpm = PhpFpm::start(dir.path(), 1, "");
+    let config = std::fs::read_to_string(site.join("tern.toml"))
+        .unwrap()
+        .replace("access = \"-\"", "access = \"off\"")
+        .replace("unix:/tmp/tern-demo-php-fpm.sock", &format!("unix:{}", fpm.socket.display()));
+    assert!(config.contains(&fpm.socket.display().to_string()), "site/tern.toml names the demo's php-fpm socket");
+    let tern = Tern::start(&site, "sendfile", &config, &[]);
+    let r = get(tern.addr, "/php/index.php", "");
+    let page = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status, 200, "{page}");
+    assert!(page.contains("<h1>PHP through FastCGI</h1>") && page.contains("/php/index.php"), "{page}");
+    let form = "name=Ada";
+    let r = request(
+        tern.addr,
+        &format!(
+            "POST /php/index.php/form?from=demo HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        ),
+    );
+    let page = String::from_utf8_lossy(&r.body);
+    assert!(page.contains("Hello, Ada!") && page.contains("<code>/form</code>"), "{page}");
+}
