@@ -1,0 +1,351 @@
+#!/usr/bin/env bash
+# bench/fastcgi.sh: FastCGI benchmarks (issue 8), on 127.0.0.1.
+#
+# Part "php": a PHP hello page (<?php echo "hello";) and a ~5 KB PHP page,
+# through tern, nginx (upstream keepalive + fastcgi_keep_conn on), lighttpd
+# (mod_fastcgi) and h2o (fastcgi.connect, kept alive), all to ONE php-fpm pool
+# (pm = static, CHILDREN children, Unix socket), one server at a time (a
+# kept-alive connection holds a php-fpm child, so servers cannot share the
+# pool at once). Per server and page, R rounds (order rotating) of a 1 s
+# warm-up and a measured `wrk -t1 -cC -dD --latency`; reported from the
+# median round: requests/s, p99, CPU per request (server process tree, and
+# server + php-fpm), and the connections php-fpm held at the end of the run
+# (`ss`). tern's pool size is CHILDREN; nginx's keepalive is CHILDREN.
+#
+# Part "e2": experiment E2, 1 KiB … 1 MiB files, E2_REQS requests x E2_RUNS
+# runs each (tern bench -n, C connections), median requests/s: the gateway's
+# FastCGI file server (gateway/build/fcgi-files) in mmap and read modes
+# behind tern, and tern's own static read/mmap/sendfile; the mmap/read ratio
+# per size for both.
+#
+# Usage: bench/fastcgi.sh [php|e2|all]     env: DUR=5 REPS=3 CONNS=32
+#        WORKERS=2 CHILDREN=8 E2_REQS=1000 E2_RUNS=5 E2_CONNS=4 SKIP_BUILD=0
+# Output: tables on stdout and in bench/out/fastcgi-*/results.md, with the
+# machine's load before each part.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib/common.sh
+source "$ROOT/bench/lib/common.sh"
+
+PART=${1:-all}
+DUR=${DUR:-5}
+REPS=${REPS:-3}
+CONNS=${CONNS:-32}
+WORKERS=${WORKERS:-2}
+CHILDREN=${CHILDREN:-8}
+E2_REQS=${E2_REQS:-1000}
+E2_RUNS=${E2_RUNS:-5}
+E2_CONNS=${E2_CONNS:-4}
+HZ=$(getconf CLK_TCK)
+
+bench_start_run fastcgi
+trap stop_all EXIT
+"$ROOT/scripts/ensure-packages.sh" php-fpm nginx lighttpd h2o wrk libfcgi-dev make gcc iproute2 procps
+bench_build_tern
+((TERN_OK)) || bench_die "no tern binary"
+make -s -C "$ROOT/gateway" build/fcgi-files
+RESULTS=$OUT/results.md
+say() { echo "$*" | tee -a "$RESULTS"; }
+
+machine_state() {
+    say "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(uptime -p)"
+    local before after
+    before=$(system_busy_ticks)
+    sleep 1
+    after=$(system_busy_ticks)
+    say "CPU busy over 1 s before the part (all CPUs, everyone's): $(((after - before) * 100 / HZ))% of $(nproc)00%"
+}
+
+# launch NAME CMD...: starts CMD in its own session, logs in $OUT.
+launch() {
+    local name=$1
+    shift
+    setsid "$@" >"$OUT/$name.out" 2>"$OUT/$name.err" </dev/null &
+    LAUNCHED=$!
+    BENCH_PIDS+=("$LAUNCHED")
+}
+
+wait_file() {
+    local i
+    for i in $(seq 100); do [[ -e $1 ]] && return 0; sleep 0.1; done
+    bench_die "$1 did not appear"
+}
+
+# ------------------------------------------------------------------ php-fpm
+DOCROOT=$OUT/www
+mkdir -p "$DOCROOT"
+echo '<?php echo "hello";' >"$DOCROOT/hello.php"
+cat >"$DOCROOT/page.php" <<'EOF'
+<?php
+$rows = "";
+for ($i = 1; $i <= 40; $i++) {
+    $rows .= "<tr><td>" . $i . "</td><td>item number " . $i . "</td><td>" . ($i * 37 % 101) . "</td></tr>\n";
+}
+echo "<!DOCTYPE html>\n<html><head><title>A 5 KB PHP page</title></head><body>\n<h1>Items</h1>\n<table>\n",
+     $rows, "</table>\n<p>", str_repeat("Lorem ipsum dolor sit amet. ", 50), "</p>\n</body></html>\n";
+EOF
+FPM_SOCK=$OUT/fpm.sock
+FPM_BIN=$(ls /usr/sbin/php-fpm* | sort | tail -n 1)
+cat >"$OUT/fpm.conf" <<EOF
+[global]
+error_log = $OUT/fpm.log
+daemonize = no
+pid = $OUT/fpm.pid
+[bench]
+listen = $FPM_SOCK
+listen.backlog = 4096
+pm = static
+pm.max_children = $CHILDREN
+php_admin_value[output_buffering] = 0
+EOF
+start_fpm() {
+    rm -f "$FPM_SOCK"
+    launch php-fpm "$FPM_BIN" -y "$OUT/fpm.conf" -F -R
+    FPM_PID=$LAUNCHED
+    wait_file "$FPM_SOCK"
+}
+
+fpm_connections() { ss -x -H state connected src "$FPM_SOCK" | wc -l; }
+
+# ------------------------------------------------------------------ servers
+start_server() {
+    local name=$1 port=$2 dir=$OUT/$1
+    mkdir -p "$dir"
+    case $name in
+        tern)
+            cat >"$dir/tern.toml" <<EOF
+[server]
+workers = $WORKERS
+[log]
+access = "off"
+[limits]
+keepalive_requests = 0
+[fastcgi.backends.php]
+address = "unix:$FPM_SOCK"
+extensions = [".php"]
+max_connections = $CHILDREN
+EOF
+            launch tern "$TERN_BIN" serve "$DOCROOT" --listen "127.0.0.1:$port" --config "$dir/tern.toml" ;;
+        nginx)
+            mkdir -p "$dir/tmp"
+            cat >"$dir/nginx.conf" <<EOF
+daemon off;
+user root;
+worker_processes $WORKERS;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000000;
+    client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp; fastcgi_temp_path $dir/tmp;
+    uwsgi_temp_path $dir/tmp; scgi_temp_path $dir/tmp;
+    upstream php { server unix:$FPM_SOCK; keepalive $CHILDREN; }
+    server {
+        listen 127.0.0.1:$port reuseport;
+        root $DOCROOT;
+        location ~ \.php\$ {
+            fastcgi_pass php;
+            fastcgi_keep_conn on;
+            fastcgi_param SCRIPT_FILENAME \$document_root\$fastcgi_script_name;
+            fastcgi_param SCRIPT_NAME \$fastcgi_script_name;
+            fastcgi_param QUERY_STRING \$query_string;
+            fastcgi_param REQUEST_METHOD \$request_method;
+            fastcgi_param CONTENT_TYPE \$content_type;
+            fastcgi_param CONTENT_LENGTH \$content_length;
+            fastcgi_param REQUEST_URI \$request_uri;
+            fastcgi_param DOCUMENT_ROOT \$document_root;
+            fastcgi_param SERVER_PROTOCOL \$server_protocol;
+            fastcgi_param GATEWAY_INTERFACE CGI/1.1;
+            fastcgi_param REMOTE_ADDR \$remote_addr;
+            fastcgi_param SERVER_NAME \$server_name;
+            fastcgi_param SERVER_PORT \$server_port;
+            fastcgi_param HTTP_HOST \$host;
+        }
+    }
+}
+EOF
+            launch nginx nginx -e "$dir/error.log" -c "$dir/nginx.conf" -p "$dir/" ;;
+        lighttpd)
+            cat >"$dir/lighttpd.conf" <<EOF
+server.modules = ( "mod_fastcgi" )
+server.document-root = "$DOCROOT"
+server.bind = "127.0.0.1"
+server.port = $port
+server.max-worker = $WORKERS
+server.errorlog = "$dir/error.log"
+server.max-keep-alive-requests = 65535
+fastcgi.server = ( ".php" => (( "socket" => "$FPM_SOCK", "check-local" => "enable" )) )
+EOF
+            launch lighttpd lighttpd -D -f "$dir/lighttpd.conf" ;;
+        h2o)
+            cat >"$dir/h2o.conf" <<EOF
+num-threads: $WORKERS
+user: root
+error-log: $dir/error.log
+listen:
+  host: 127.0.0.1
+  port: $port
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: $DOCROOT
+        file.custom-handler:
+          extension: .php
+          fastcgi.connect:
+            port: $FPM_SOCK
+            type: unix
+          fastcgi.timeout.keepalive: 60000
+EOF
+            launch h2o h2o -c "$dir/h2o.conf" ;;
+    esac
+    SERVER_PID=$LAUNCHED
+    local i
+    for i in $(seq 100); do
+        [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/hello.php") == 200 ]] && return 0
+        sleep 0.1
+    done
+    bench_die "$name did not answer on port $port (see $OUT/$name.err)"
+}
+
+# measure NAME URL: one warm-up and one measured wrk run; prints
+# "req_per_s p99 server_us_per_req total_us_per_req fpm_conns errors".
+measure() {
+    local name=$1 url=$2 port s0 f0 s1 f1 out
+    wrk -t1 -c"$CONNS" -d1 "$url" >/dev/null 2>&1
+    s0=$(tree_cpu_ticks "$SERVER_PID")
+    f0=$(tree_cpu_ticks "$FPM_PID")
+    out=$(wrk -t1 -c"$CONNS" -d"$DUR" --latency "$url")
+    s1=$(tree_cpu_ticks "$SERVER_PID")
+    f1=$(tree_cpu_ticks "$FPM_PID")
+    echo "$out" >>"$OUT/wrk-$name.txt"
+    python3 - "$out" "$((s1 - s0))" "$((f1 - f0))" "$HZ" "$(fpm_connections)" <<'EOF'
+import re, sys
+out, server, fpm, hz, conns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+total = int(re.search(r"(\d+) requests in", out).group(1))
+m = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+p99 = float(m.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[m.group(2)]
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+per = lambda t: t * 1e6 / hz / max(total, 1)
+print(f"{rps:.0f} {p99:.2f} {per(server):.1f} {per(server + fpm):.1f} {conns} {errors.group(1) if errors else 0}")
+EOF
+}
+
+php_part() {
+    say ""
+    say "## FastCGI: PHP through four servers to one php-fpm pool ($(date -u +%Y-%m-%dT%H:%MZ))"
+    machine_state
+    say "php-fpm: $("$FPM_BIN" -v | head -n1); pm static, $CHILDREN children; wrk -t1 -c$CONNS -d$DUR, $REPS rounds; servers with $WORKERS workers"
+    start_fpm
+    local servers=(tern nginx lighttpd h2o) r i name page port line
+    declare -A RES=()
+    for ((r = 0; r < REPS; r++)); do
+        for ((i = 0; i < ${#servers[@]}; i++)); do
+            name=${servers[$(((i + r) % ${#servers[@]}))]}
+            port=$(free_port)
+            start_server "$name" "$port"
+            for page in hello page; do
+                line=$(measure "$name-$page" "http://127.0.0.1:$port/$page.php")
+                bench_log "$name $page round $r: $line"
+                RES[$name,$page]+="$line;"
+            done
+            stop_tree "$SERVER_PID"
+            forget_pid "$SERVER_PID"
+        done
+    done
+    for page in hello page; do
+        say ""
+        say "| $page.php | req/s (median) | p99 ms | CPU µs/req server | CPU µs/req server+php-fpm | php-fpm conns at end | non-2xx |"
+        say "|---|---|---|---|---|---|---|"
+        for name in "${servers[@]}"; do
+            python3 - "$name" "${RES[$name,$page]}" <<'EOF' | tee -a "$RESULTS"
+import sys, statistics
+rows = [r.split() for r in sys.argv[2].split(";") if r]
+rows.sort(key=lambda r: float(r[0]))
+m = rows[len(rows) // 2]
+cpu = lambda k: statistics.median(float(r[k]) for r in rows)
+print(f"| {sys.argv[1]} | {m[0]} (runs: {', '.join(r[0] for r in rows)}) | {m[1]} | {cpu(2):.1f} | {cpu(3):.1f} | {m[4]} | {m[5]} |")
+EOF
+        done
+    done
+    stop_tree "$FPM_PID"
+    forget_pid "$FPM_PID"
+}
+
+# ------------------------------------------------------------------ E2
+e2_part() {
+    say ""
+    say "## E2: files through the FastCGI file server (mmap, read) and tern's static methods ($(date -u +%Y-%m-%dT%H:%MZ))"
+    machine_state
+    say "tern bench -n $E2_REQS -c $E2_CONNS, $E2_RUNS runs each, median req/s; fcgi-files --threads 4 behind tern (pool 4); tern --workers $WORKERS"
+    local files=$OUT/e2 sizes=(1024 4096 16384 65536 262144 1048576) n cfg port fpid run
+    mkdir -p "$files"
+    for n in "${sizes[@]}"; do head -c "$n" /dev/urandom >"$files/f$n.bin"; done
+    declare -A RPS=()
+    for cfg in fcgi-mmap fcgi-read tern-read tern-mmap tern-sendfile; do
+        port=$(free_port)
+        fpid=""
+        case $cfg in
+            fcgi-*)
+                rm -f "$OUT/files.sock"
+                launch "fcgi-files-${cfg#fcgi-}" "$ROOT/gateway/build/fcgi-files" --root "$files" --socket "$OUT/files.sock" \
+                    --prefix /fs --threads 4 --mode "${cfg#fcgi-}"
+                fpid=$LAUNCHED
+                wait_file "$OUT/files.sock"
+                printf '[log]\naccess = "off"\n[fastcgi.backends.files]\naddress = "unix:%s"\nprefixes = ["/fs"]\ncheck_file = false\nmax_connections = 4\n' \
+                    "$OUT/files.sock" >"$OUT/e2-tern.toml"
+                launch "tern-$cfg" "$TERN_BIN" serve "$OUT/www" --listen "127.0.0.1:$port" --workers "$WORKERS" --config "$OUT/e2-tern.toml" ;;
+            tern-*)
+                printf '[log]\naccess = "off"\n' >"$OUT/e2-tern.toml"
+                mkdir -p "$OUT/e2www"
+                ln -sfn "$files" "$OUT/e2www/fs"
+                launch "$cfg" "$TERN_BIN" serve "$OUT/e2www" --listen "127.0.0.1:$port" --workers "$WORKERS" \
+                    --io "${cfg#tern-}" --config "$OUT/e2-tern.toml" ;;
+        esac
+        local tpid=$LAUNCHED
+        for n in "${sizes[@]}"; do
+            local url=http://127.0.0.1:$port/fs/f$n.bin i
+            for i in $(seq 100); do
+                [[ $(curl -s -o /dev/null -w '%{http_code}' "$url") == 200 ]] && break
+                sleep 0.1
+            done
+            cmp -s <(curl -s "$url") "$files/f$n.bin" || bench_die "$cfg sent other bytes for f$n.bin"
+            "$TERN_BIN" bench -n "$E2_REQS" -c "$E2_CONNS" "$url" >/dev/null 2>&1 # warm-up
+            for ((run = 0; run < E2_RUNS; run++)); do
+                RPS[$cfg,$n]+="$("$TERN_BIN" bench -n "$E2_REQS" -c "$E2_CONNS" --json "$url" |
+                    python3 -c 'import json,sys; d=json.load(sys.stdin); print(round(d["requests_per_s"]))') "
+            done
+            bench_log "E2 $cfg f$n: ${RPS[$cfg,$n]}"
+        done
+        stop_tree "$tpid"
+        forget_pid "$tpid"
+        if [[ -n $fpid ]]; then
+            stop_tree "$fpid"
+            forget_pid "$fpid"
+        fi
+    done
+    say ""
+    say "| size | fcgi mmap | fcgi read | fcgi mmap/read | tern read | tern mmap | tern sendfile | tern mmap/read |"
+    say "|---|---|---|---|---|---|---|---|"
+    for n in "${sizes[@]}"; do
+        python3 - "$n" "${RPS[fcgi-mmap,$n]}" "${RPS[fcgi-read,$n]}" "${RPS[tern-read,$n]}" "${RPS[tern-mmap,$n]}" \
+            "${RPS[tern-sendfile,$n]}" <<'EOF' | tee -a "$RESULTS"
+import sys, statistics
+n = int(sys.argv[1])
+med = [statistics.median(float(x) for x in a.split()) for a in sys.argv[2:]]
+size = f"{n // 1048576} MiB" if n >= 1048576 else f"{n // 1024} KiB"
+print(f"| {size} | {med[0]:.0f} | {med[1]:.0f} | {med[0] / med[1]:.2f} | {med[2]:.0f} | {med[3]:.0f} | {med[4]:.0f} | {med[3] / med[2]:.2f} |")
+EOF
+    done
+}
+
+case $PART in
+    php) php_part ;;
+    e2) e2_part ;;
+    all) php_part; e2_part ;;
+    *) bench_die "usage: bench/fastcgi.sh [php|e2|all]" ;;
+esac
+bench_log "results: $RESULTS"
