@@ -275,7 +275,7 @@ pub struct StaticFiles {
     /// Extra or overriding MIME types by extension: `{ "md" = "text/markdown" }`.
     pub mime_types: BTreeMap<String, String>,
     /// Paths with a segment starting with `.` (`/.git/config`, `/a/.env`):
-    /// `"deny"` answers them 404 (static files and CGI alike), `"allow"`
+    /// `"deny"` answers them 404 (static files, CGI, FastCGI), `"allow"`
     /// serves them as any other. Default `"deny"`.
     pub hidden: Hidden,
     /// URL paths served even though hidden (with `hidden = "deny"`); hidden

@@ -1,8 +1,8 @@
 //! Hidden paths: a segment starting with `.` (`/.git/config`,
 //! `/.htpasswd`, `/a/.env`) names what a tree keeps beside its content, not
 //! content. Decided once per request on the normalised path (after
-//! percent-decoding, so `/%2egit/` is the same path), before static files
-//! and CGI alike; refused as `404`, so nothing tells that it exists.
+//! percent-decoding, so `/%2egit/` is the same path), before every handler
+//! (static files, CGI, FastCGI); refused as `404`, so nothing tells that it exists.
 
 use crate::config::{Config, Hidden};
 
