@@ -171,18 +171,29 @@ fn every_answer_is_counted() {
         assert_eq!(statuses(&refused(&tern)), [503]);
     }
     drop(held);
-    std::thread::sleep(Duration::from_millis(300));
-    let mut slow = TcpStream::connect(tern.addr).unwrap();
-    slow.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x").unwrap();
-    slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut got = Vec::new();
-    let _ = slow.read_to_end(&mut got);
-    assert_eq!(statuses(&got), [408]);
+    // A loaded machine may take a moment to see the held ones close: a
+    // connection refused meanwhile is one more 503 to count.
+    let mut more_503 = 0;
+    loop {
+        let mut slow = TcpStream::connect(tern.addr).unwrap();
+        let _ = slow.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x");
+        slow.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        let _ = slow.read_to_end(&mut got);
+        match statuses(&got)[..] {
+            [503] if more_503 < 50 => more_503 += 1,
+            _ => {
+                assert_eq!(statuses(&got), [408]);
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let after = status_json(&tern);
     let delta = |k: &str| after["requests"][k].as_u64().unwrap() - before["requests"][k].as_u64().unwrap();
-    // The first status page, three GETs, five 503s, one 408.
-    assert_eq!(delta("total"), 1 + 3 + 5 + 1);
-    assert_eq!((delta("2xx"), delta("4xx"), delta("5xx")), (4, 1, 5));
+    // The first status page, three GETs, the 503s, one 408.
+    assert_eq!(delta("total"), 1 + 3 + 5 + more_503 + 1);
+    assert_eq!((delta("2xx"), delta("4xx"), delta("5xx")), (4, 1, 5 + more_503));
 }
 
 #[test]
@@ -196,6 +207,7 @@ fn repeated_log_lines_are_rate_limited() {
     let tern = Tern::start(&site.root, "sendfile", &config, &[]);
     let _held = held_connection(&tern);
     const FLOOD: u64 = 300;
+    let flood = Instant::now();
     for _ in 0..FLOOD {
         assert_eq!(statuses(&refused(&tern)), [503]);
     }
@@ -217,8 +229,9 @@ fn repeated_log_lines_are_rate_limited() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(written + suppressed, FLOOD, "{written} written, {suppressed} reported as suppressed");
-    let seconds = start.elapsed().as_secs() + 30;
-    assert!(written <= 10 * seconds && suppressed > 0, "{written} lines written");
+    // At most 10 a second over the seconds the flood touched.
+    let seconds = start.duration_since(flood).as_secs() + 2;
+    assert!(written <= 10 * seconds && suppressed > 0, "{written} lines written over {seconds} s");
 }
 
 fn rss_kib(pid: i32) -> u64 {
