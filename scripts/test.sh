@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 # and make build the C gateway and test programs; man-db (man -l) renders the
 # generated manual pages and systemd (systemd-analyze verify) checks the unit;
 # php-fpm (and iproute2's ss) for the FastCGI tests, libfcgi-dev for the
-# gateway's FastCGI file server.
-scripts/ensure-packages.sh curl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev
+# gateway's FastCGI file server; chromium (headless) takes the demo site's
+# screenshots.
+scripts/ensure-packages.sh curl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test

@@ -219,7 +219,7 @@ static int render_page(int fd, enum tgw_discipline d, size_t bufsize, int page)
     tgw_out *out = tgw_open(fd, d, bufsize);
     if (!out)
         return -1;
-    int r = board_render_page(out, board, page);
+    int r = board_render_page(out, board, page, BOARD_PLAIN);
     return tgw_close(out) || r ? -1 : 0;
 }
 

@@ -1,8 +1,9 @@
 /*
  * board.cgi — bulletin-board page generator.
  *   QUERY_STRING   page=1..5 (default 1; anything else is 404)
- *   TGW_BOARD_DATA the posts file (default: examples/board-data.txt of the
- *                  source tree, compiled in)
+ *   TGW_BOARD_DATA the posts file (default: board-data.txt beside the
+ *                  program, so a copied site finds its own; `make demo`
+ *                  installs it there)
  *   TGW_DISCIPLINE, TGW_BUFSIZE   output discipline 1-6 and buffer size
  */
 #include <stdio.h>
@@ -23,9 +24,10 @@ int main(void)
                : n == 1 && val[0] >= '1' && val[0] <= '0' + BOARD_PAGES
                    ? val[0] - '0'
                    : 0;
+    char beside[4096];
     const char *path = getenv("TGW_BOARD_DATA");
     if (!path || !*path)
-        path = TGW_BOARD_DEFAULT;
+        path = cgi_beside_self("board-data.txt", beside, sizeof beside) ? "board-data.txt" : beside;
 
     int r;
     tgw_board *b = page ? tgw_board_connect(path) : NULL;
@@ -36,7 +38,7 @@ int main(void)
         r = cgi_error(out, 500, "board data unavailable");
     } else {
         r = tgw_puts(out, "Content-Type: text/html; charset=utf-8\n\n");
-        r = r ? r : board_render_page(out, b, page);
+        r = r ? r : board_render_page(out, b, page, BOARD_SITE);
     }
     tgw_board_release(b);
     if (tgw_close(out) || r) {

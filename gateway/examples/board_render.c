@@ -23,7 +23,7 @@ static int esc(tgw_out *out, struct tgw_str s)
     return tgw_write(out, s.p + start, s.n - start);
 }
 
-int board_render_page(tgw_out *out, const tgw_board *b, int page)
+int board_render_page(tgw_out *out, const tgw_board *b, int page, enum board_style style)
 {
     if (page < 1 || page > BOARD_PAGES)
         return -1;
@@ -35,13 +35,28 @@ int board_render_page(tgw_out *out, const tgw_board *b, int page)
     tgw_printf(out,
                "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n"
                "<meta charset=\"utf-8\">\n"
-               "<title>tern board &mdash; page %d of %d</title>\n"
-               "<style>body{font-family:sans-serif;max-width:48em;margin:auto}"
-               ".post{border-top:1px solid #ccc;padding:.5em 0}"
-               ".meta{color:#666;font-size:small}</style>\n"
-               "</head>\n<body>\n<h1>tern bulletin board</h1>\n"
-               "<p class=\"nav\">Pages:",
+               "<title>tern board &mdash; page %d of %d</title>\n",
                page, BOARD_PAGES);
+    if (style == BOARD_SITE)
+        tgw_puts(out,
+                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+                 "<link rel=\"stylesheet\" href=\"/css/style.css\">\n"
+                 "<link rel=\"icon\" href=\"/favicon.ico\">\n"
+                 "</head>\n<body class=\"board\">\n"
+                 "<p class=\"back\"><a href=\"/\">&larr; tern demo site</a></p>\n"
+                 "<h1>tern bulletin board</h1>\n"
+                 "<p class=\"lead\">Every page here is written by <code>board.cgi</code>, a C "
+                 "program run once per request (CGI) and built on tern&rsquo;s "
+                 "<code>gateway/</code> library. The posts are made-up sample data "
+                 "read from <code>board-data.txt</code> beside the program.</p>\n"
+                 "<p class=\"nav\">Pages:");
+    else
+        tgw_puts(out,
+                 "<style>body{font-family:sans-serif;max-width:48em;margin:auto}"
+                 ".post{border-top:1px solid #ccc;padding:.5em 0}"
+                 ".meta{color:#666;font-size:small}</style>\n"
+                 "</head>\n<body>\n<h1>tern bulletin board</h1>\n"
+                 "<p class=\"nav\">Pages:");
     for (int p = 1; p <= BOARD_PAGES; p++)
         tgw_printf(out, p == page ? " <strong>%d</strong>"
                                   : " <a href=\"?page=%d\">%d</a>",
@@ -62,6 +77,8 @@ int board_render_page(tgw_out *out, const tgw_board *b, int page)
         esc(out, post.body);
         tgw_puts(out, "</p>\n</div>\n");
     }
+    if (style == BOARD_SITE)
+        tgw_puts(out, "<p class=\"back\"><a href=\"/\">&larr; back to the demo site</a></p>\n");
     /* The stream's errors are sticky: one check at the end sees them all. */
     return tgw_puts(out, "</body>\n</html>\n");
 }

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -74,4 +75,26 @@ tgw_out *cgi_open_stdout(const char *prog)
                                "gateway misconfigured\n");
     }
     return out;
+}
+
+int cgi_beside_self(const char *rel, char *out, size_t outsz)
+{
+    char self[4096];
+    const char *script = getenv("SCRIPT_FILENAME");
+    if (script && *script) {
+        if (strlen(script) >= sizeof self)
+            return -1;
+        strcpy(self, script);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0)
+            return -1;
+        self[n] = '\0';
+    }
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    int n = snprintf(out, outsz, "%s/%s", self[0] ? self : "", rel);
+    return n < 0 || (size_t)n >= outsz ? -1 : 0;
 }

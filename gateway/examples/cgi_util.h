@@ -20,4 +20,10 @@ int cgi_error(tgw_out *out, int status, const char *message);
  * return NULL: a misconfigured gateway must not fall back silently. */
 tgw_out *cgi_open_stdout(const char *prog);
 
+/* The path rel relative to the program's own directory, so a copied site
+ * keeps working: the directory of $SCRIPT_FILENAME (the program as the
+ * server named it), else of /proc/self/exe.  0, or -1 if it does not fit
+ * in outsz or no directory is known. */
+int cgi_beside_self(const char *rel, char *out, size_t outsz);
+
 #endif

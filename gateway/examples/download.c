@@ -1,6 +1,8 @@
 /*
  * download.cgi — send a file from a configured directory.
- *   TGW_DOWNLOAD_ROOT   the directory files are served from (required)
+ *   TGW_DOWNLOAD_ROOT   the directory files are served from (default: the
+ *                       directory `files` beside the program's own, as in the
+ *                       demo site: cgi-bin/download.cgi serves files/)
  *   PATH_INFO           /NAME, or else QUERY_STRING file=NAME (URL-encoded)
  *   TGW_FILE_METHOD     read | mmap | sendfile | splice   (default mmap)
  *   TGW_DISCIPLINE, TGW_BUFSIZE   discipline of the headers; the buffer size
@@ -121,7 +123,11 @@ int main(void)
     if (!out)
         return 1;
 
+    char beside[4096];
     const char *root = getenv("TGW_DOWNLOAD_ROOT");
+    if ((!root || !*root) && cgi_beside_self("../files", beside, sizeof beside) == 0)
+        root = beside;
+    struct stat rst;
     const char *mname = getenv("TGW_FILE_METHOD");
     const char *pi = getenv("PATH_INFO");
     const char *method = getenv("REQUEST_METHOD");
@@ -141,9 +147,11 @@ int main(void)
         status = 400;
     }
 
-    if (!root || !*root || (mname && *mname && tgw_file_method_parse(mname, &m))) {
-        fprintf(stderr, "download.cgi: set TGW_DOWNLOAD_ROOT, and TGW_FILE_METHOD "
-                        "to read|mmap|sendfile|splice\n");
+    if (!root || stat(root, &rst) || !S_ISDIR(rst.st_mode) ||
+        (mname && *mname && tgw_file_method_parse(mname, &m))) {
+        fprintf(stderr, "download.cgi: no directory %s: set TGW_DOWNLOAD_ROOT, and "
+                        "TGW_FILE_METHOD to read|mmap|sendfile|splice\n",
+                root ? root : "(none)");
         status = 500;
     }
     if (!status && (!name[0] || !name_is_safe(name)))

@@ -139,6 +139,29 @@ static void test_board_cgi(void)
     CHECK(starts(&out, "Status: 500"), "missing data file: not 500");
     buf_free(&out);
 
+    /* No TGW_BOARD_DATA: the posts beside the program as the server names
+     * it (SCRIPT_FILENAME), so a copied site finds its own. */
+    struct buf posts = {0};
+    t_read_file(t_board_data, &posts);
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/site", t_tmp);
+    mkdir(dir, 0755);
+    snprintf(dir, sizeof dir, "%s/site/cgi-bin", t_tmp);
+    mkdir(dir, 0755);
+    free(t_write_file("site/cgi-bin/board-data.txt", posts.p, posts.len));
+    buf_free(&posts);
+    char script[4200];
+    snprintf(script, sizeof script, "SCRIPT_FILENAME=%s/site/cgi-bin/board.cgi", t_tmp);
+    const char *beside[] = {script, "QUERY_STRING=page=2", NULL};
+    if (run_ok("board.cgi", beside, &out))
+        CHECK(buf_eq(&out, &pages[2]), "board data beside SCRIPT_FILENAME: differs at %zu",
+              buf_diff_at(&out, &pages[2]));
+    buf_free(&out);
+    /* The demo page: the site's stylesheet and a way back. */
+    CHECK(contains(&pages[1], "<link rel=\"stylesheet\" href=\"/css/style.css\">") &&
+              contains(&pages[1], "<a href=\"/\">"),
+          "board page: no stylesheet or no way back");
+
     for (int p = 0; p <= 5; p++)
         buf_free(&pages[p]);
 }
@@ -283,6 +306,20 @@ static void test_download(void)
               "HEAD: %zu bytes", out.len);
     buf_free(&out);
 
+    /* No TGW_DOWNLOAD_ROOT: files/ beside the program's directory (the
+     * demo site's layout), found from SCRIPT_FILENAME; with neither that
+     * nor a files/ beside the built program, a 500. */
+    char files[4200];
+    snprintf(files, sizeof files, "%s/site/files", t_tmp);
+    mkdir(files, 0755);
+    free(t_write_file("site/files/c.txt", "sea\n", 4));
+    char script[4200];
+    snprintf(script, sizeof script, "SCRIPT_FILENAME=%s/site/cgi-bin/download.cgi", t_tmp);
+    const char *beside[] = {script, "PATH_INFO=/c.txt", NULL};
+    if (run_ok("download.cgi", beside, &out))
+        CHECK(ends(&out, "Content-Length: 4\n\nsea\n"), "files/ beside SCRIPT_FILENAME: %.*s",
+              (int)out.len, out.p);
+    buf_free(&out);
     const char *no_root[] = {"PATH_INFO=/a.bin", NULL};
     run_cgi("download.cgi", no_root, &out);
     CHECK(starts(&out, "Status: 500 "), "no root: not 500");

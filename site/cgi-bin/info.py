@@ -11,8 +11,11 @@ body = sys.stdin.read(int(os.environ.get("CONTENT_LENGTH") or 0))
 sys.stdout.write("Content-Type: text/html; charset=utf-8\n\n")
 sys.stdout.write(f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>info.py — tern demo</title>
-<link rel="stylesheet" href="/css/style.css"></head>
-<body><main><h1>CGI meta-variables</h1>
+<link rel="stylesheet" href="/css/style.css"><link rel="icon" href="/favicon.ico"></head>
+<body><main><p class="back"><a href="/">&larr; tern demo site</a></p>
+<h1>What a CGI program is told</h1>
+<p class="lead">This page is written by <code>info.py</code>, a Python program the server starts for
+each request. It gets the request through environment variables (RFC 3875); here are some of them.</p>
 <table>
 {rows}
 </table>

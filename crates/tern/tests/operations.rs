@@ -1,6 +1,6 @@
 //! Operating the server: the access log, graceful shutdown, the status page
 //! and metrics, configuration errors, worker count from the CPU affinity,
-//! and the bundled demo site.
+//! listen addresses.
 
 mod common;
 
@@ -212,67 +212,6 @@ fn default_workers_follow_cpu_affinity() {
     let tern = Tern::start_with(cmd, &site.root, "sendfile", "", &["--workers", "0"]);
     let s: serde_json::Value = serde_json::from_slice(&get(tern.addr, "/_tern/status", "").body).unwrap();
     assert_eq!(s["workers"], 1, "one usable CPU, one worker");
-}
-
-/// Copies a directory tree (files and directories only).
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
-#[test]
-fn serves_the_bundled_demo_site() {
-    // The demo as README's first command runs it: site/tern.toml, with the
-    // gateway's example CGIs installed — in a copy, so the tree stays clean.
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let built = Command::new("make").arg("-s").arg("-C").arg(repo.join("gateway")).status().unwrap();
-    assert!(built.success(), "make -C gateway");
-    let dir = tempfile::tempdir().unwrap();
-    let demo = dir.path().join("site");
-    copy_tree(&repo.join("site"), &demo);
-    for cgi in ["board.cgi", "download.cgi", "hello.cgi"] {
-        std::fs::copy(repo.join("gateway/build").join(cgi), demo.join("cgi-bin").join(cgi)).unwrap();
-    }
-    let config = std::fs::read_to_string(demo.join("tern.toml")).unwrap().replace("access = \"-\"", "access = \"off\"");
-    let tern = Tern::start(&demo, "sendfile", &config, &[]);
-    let index = get(tern.addr, "/", "");
-    assert_eq!(index.status, 200);
-    assert!(String::from_utf8_lossy(&index.body).contains("tern is serving this site"));
-    for (path, ctype) in [
-        ("/css/style.css", "text/css; charset=utf-8"),
-        ("/images/tern.svg", "image/svg+xml"),
-        ("/about.html", "text/html; charset=utf-8"),
-    ] {
-        let r = get(tern.addr, path, "");
-        assert_eq!((r.status, r.header("content-type")), (200, Some(ctype)), "{path}");
-        assert_eq!(r.body, std::fs::read(demo.join(&path[1..])).unwrap());
-    }
-    let large = std::fs::read(demo.join("files/large.txt")).unwrap();
-    let r = get(tern.addr, "/files/large.txt", "Range: bytes=-100\r\n");
-    assert_eq!((r.status, r.body.as_slice()), (206, &large[large.len() - 100..]));
-    assert_eq!(get(tern.addr, "/files", "").header("location"), Some("/files/"));
-    // The example gateways.
-    let board = get(tern.addr, "/cgi-bin/board.cgi?page=2", "");
-    assert_eq!(board.status, 200);
-    assert!(String::from_utf8_lossy(&board.body).contains("page 2 of 5"));
-    let download = get(tern.addr, "/cgi-bin/download.cgi/large.txt", "");
-    assert!(download.status == 200 && download.body == large, "download.cgi sent {} bytes", download.body.len());
-    // `..` in the path is resolved by the server before any program runs;
-    // in the query it reaches download.cgi, which refuses it.
-    assert_eq!(get(tern.addr, "/cgi-bin/download.cgi/../tern.toml", "").status, 404);
-    assert_eq!(get(tern.addr, "/cgi-bin/download.cgi?file=../tern.toml", "").status, 403);
-    let hello = get(tern.addr, "/cgi-bin/hello.cgi", "");
-    assert!(hello.status == 200 && hello.body.len() > 4000);
-    let info = get(tern.addr, "/cgi-bin/info.py/some/path?x=1", "");
-    assert!(String::from_utf8_lossy(&info.body).contains("<tr><th>PATH_INFO</th><td>/some/path</td></tr>"));
 }
 
 /// `--listen localhost:0` binds both loopback families on one port, and
