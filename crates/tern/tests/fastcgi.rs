@@ -145,7 +145,7 @@ fn setup(children: usize, fpm_extra: &str, tern_extra: &str) -> Setup {
         "<?php header('Content-Type: application/octet-stream'); for ($i = 0; $i < 50; $i++) { echo str_repeat(chr(65 + $i), 1048576); }",
     )
     .unwrap();
-    std::fs::write(root.join("flush.php"), "<?php echo 'first'; flush(); sleep(3); echo 'second';").unwrap();
+    std::fs::write(root.join("flush.php"), "<?php echo 'first'; flush(); sleep(4); echo 'second';").unwrap();
     std::fs::write(root.join("fatal.php"), "<?php tern_no_such_function();").unwrap();
     std::fs::write(root.join("slow.php"), "<?php sleep(3); echo 'slow';").unwrap();
     std::fs::write(root.join("status.php"), "<?php header('Status: 418 Teapot'); header('X-Php: yes'); echo 'tea';")
@@ -306,9 +306,9 @@ fn responses_stream_byte_for_byte() {
     }
     let first_at = start.elapsed();
     assert!(!String::from_utf8_lossy(&seen).contains("second"));
-    assert!(first_at < Duration::from_millis(2500), "flushed output took {first_at:?}: held until the end");
+    assert!(first_at < Duration::from_millis(3500), "flushed output took {first_at:?}: held until the end");
     seen.extend(common::read_until_close(&mut sock));
-    assert!(start.elapsed() >= Duration::from_secs(3));
+    assert!(start.elapsed() >= Duration::from_secs(4));
     let r = &parse_responses(&seen, &[false])[0];
     assert_eq!(r.body, b"firstsecond");
 }
@@ -407,7 +407,7 @@ fn kept_alive_connections_stay_at_the_pool_size() {
 
 #[test]
 fn recycled_children_and_a_killed_php_fpm() {
-    let mut s = setup(2, "pm.max_requests = 10", "max_connections = 2\nconnect_timeout = \"2s\"");
+    let mut s = setup(2, "pm.max_requests = 10", "max_connections = 2\nconnect_timeout = \"5s\"");
     // php-fpm closes each child's connection after 10 requests: every such
     // close is met by one retry on a fresh connection, never a failure.
     let failures = hammer(s.tern.addr, "/hello.php", 4, 2000);
@@ -416,13 +416,13 @@ fn recycled_children_and_a_killed_php_fpm() {
     assert_eq!(php["502"], 0, "{php}");
     assert!(php["retried"].as_u64().unwrap() > 0, "{php}");
 
-    // Killed: 502 at once (not after a timeout), and again served when
-    // it is back.
+    // Killed: 502 at once (not after the 5 s connect timeout), and again
+    // served when it is back.
     s.fpm.kill();
     let start = Instant::now();
     let r = get(s.tern.addr, "/hello.php", "");
     assert_eq!(r.status, 502);
-    assert!(start.elapsed() < Duration::from_secs(1), "502 took {:?}", start.elapsed());
+    assert!(start.elapsed() < Duration::from_millis(2500), "502 took {:?}", start.elapsed());
     assert_eq!(get(s.tern.addr, "/small.txt", "").body, s.site.small, "static files unaffected");
     s.fpm.launch();
     let r = get(s.tern.addr, "/hello.php", "");
@@ -438,7 +438,7 @@ fn a_silent_backend_times_out_while_static_files_flow() {
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     std::fs::write(site.root.join("x.php"), "<?php").unwrap();
     let config = format!(
-        "[fastcgi.backends.silent]\naddress = \"unix:{}\"\nextensions = [\".php\"]\nread_timeout = \"1s\"\n",
+        "[fastcgi.backends.silent]\naddress = \"unix:{}\"\nextensions = [\".php\"]\nread_timeout = \"3s\"\n",
         sock.display()
     );
     let tern = Tern::start(&site.root, "sendfile", &config, &["--workers", "1"]);
@@ -447,16 +447,17 @@ fn a_silent_backend_times_out_while_static_files_flow() {
         let start = Instant::now();
         (get(addr, "/x.php", "").status, start.elapsed())
     });
-    // Meanwhile the (only) worker serves static files at once.
+    // Meanwhile the (only) worker serves static files, each well within
+    // the 3 s the backend is waited for.
     std::thread::sleep(Duration::from_millis(200));
     for _ in 0..20 {
         let start = Instant::now();
         assert_eq!(get(addr, "/small.txt", "").body, site.small);
-        assert!(start.elapsed() < Duration::from_millis(900), "static file took {:?}", start.elapsed());
+        assert!(start.elapsed() < Duration::from_millis(1500), "static file took {:?}", start.elapsed());
     }
     let (status, took) = slow.join().unwrap();
     assert_eq!(status, 504);
-    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(5), "504 after {took:?}");
+    assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(8), "504 after {took:?}");
     let v = status_json(&tern);
     assert_eq!(v["fastcgi"]["backends"]["silent"]["504"], 1, "{v}");
     drop(listener);
