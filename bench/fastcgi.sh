@@ -281,7 +281,7 @@ e2_part() {
     say "## E2: files through the FastCGI file server (mmap, read) and tern's static methods ($(date -u +%Y-%m-%dT%H:%MZ))"
     machine_state
     say "tern bench -n $E2_REQS -c $E2_CONNS, $E2_RUNS runs each, median req/s; fcgi-files --threads 4 behind tern (pool 4); tern --workers $WORKERS"
-    local files=$OUT/e2 sizes=(1024 4096 16384 65536 262144 1048576) n cfg port fpid run
+    local files=$OUT/e2www/fs sizes=(1024 4096 16384 65536 262144 1048576) n cfg port fpid run
     mkdir -p "$files"
     for n in "${sizes[@]}"; do head -c "$n" /dev/urandom >"$files/f$n.bin"; done
     declare -A RPS=()
@@ -300,8 +300,6 @@ e2_part() {
                 launch "tern-$cfg" "$TERN_BIN" serve "$OUT/www" --listen "127.0.0.1:$port" --workers "$WORKERS" --config "$OUT/e2-tern.toml" ;;
             tern-*)
                 printf '[log]\naccess = "off"\n' >"$OUT/e2-tern.toml"
-                mkdir -p "$OUT/e2www"
-                ln -sfn "$files" "$OUT/e2www/fs"
                 launch "$cfg" "$TERN_BIN" serve "$OUT/e2www" --listen "127.0.0.1:$port" --workers "$WORKERS" \
                     --io "${cfg#tern-}" --config "$OUT/e2-tern.toml" ;;
         esac
