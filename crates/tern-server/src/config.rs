@@ -438,6 +438,10 @@ pub struct Limits {
     pub keepalive_requests: u64,
     /// Ranges in one `Range` before it is ignored. Default 16.
     pub max_ranges: usize,
+    /// Open connections from one client address; past it a new one gets
+    /// `503` and is closed (as nginx's `limit_conn`). 0 = no limit.
+    /// Default 0.
+    pub max_connections_per_ip: u32,
 }
 
 impl Default for Limits {
@@ -449,6 +453,7 @@ impl Default for Limits {
             max_body_bytes: Bytes(1024 * 1024),
             keepalive_requests: 10_000,
             max_ranges: 16,
+            max_connections_per_ip: 0,
         }
     }
 }

@@ -111,6 +111,10 @@ struct Backend {
 /// is answered.
 const STOP_GRACE: Duration = Duration::from_secs(1);
 
+/// The send buffer of a reader that takes less than twice the minimum send
+/// rate: what the kernel holds for it stays small.
+const SLOW_SEND_BUFFER: usize = 16 * 1024;
+
 /// Local redirects (RFC 3875 §6.2.2) followed for one request.
 const MAX_LOCAL_REDIRECTS: u8 = 10;
 
@@ -141,6 +145,8 @@ pub struct Conn {
     backend: Option<Box<Backend>>,
     redirects: u8,
     timer: Timer,
+    /// The send buffer was fixed small (a slow reader).
+    send_clamped: bool,
 }
 
 impl Conn {
@@ -169,6 +175,7 @@ impl Conn {
             backend: None,
             redirects: 0,
             timer: Timer { clock: Clock::Header, start: w.now, bytes: 0 },
+            send_clamped: false,
         }
     }
 
@@ -841,8 +848,24 @@ impl Conn {
             Clock::Exit => (reaper::EXIT_GRACE, 0),
             Clock::Linger => (t.linger.0, 0),
         };
-        let earned = Duration::from_secs(self.timer.bytes.checked_div(min_rate).unwrap_or(0));
-        if w.now.saturating_duration_since(self.timer.start) <= base + earned {
+        let elapsed = w.now.saturating_duration_since(self.timer.start);
+        let mut bytes = self.timer.bytes;
+        if self.timer.clock == Clock::Send {
+            // Only what the peer acknowledged was taken: bytes still in the
+            // socket's queue would otherwise pay for a reader that does not
+            // read (queued before this response, they count against it).
+            bytes = bytes.saturating_sub(sys::unacked(self.sock.as_fd()).unwrap_or(0) as u64);
+            if !self.send_clamped && bytes < 2 * min_rate * elapsed.as_secs() {
+                // A slow reader: the kernel is not to grow its buffer.
+                sys::clamp_send_buffer(self.sock.as_fd(), SLOW_SEND_BUFFER);
+                self.send_clamped = true;
+            }
+        }
+        if elapsed <= base {
+            return Status::Open;
+        }
+        let earned = Duration::from_secs(bytes.checked_div(min_rate).unwrap_or(0));
+        if elapsed <= base + earned {
             return Status::Open;
         }
         if self.timer.clock == Clock::Exit {
@@ -869,6 +892,11 @@ impl Conn {
             self.rpos = rbuf.len();
             self.rbuf = rbuf;
             return self.drive(shared, w);
+        }
+        if self.timer.clock == Clock::Send {
+            // The reader did not take what is queued for it: drop it with
+            // the connection rather than let the kernel keep trickling it.
+            sys::reset_on_close(self.sock.as_fd());
         }
         Status::Closed
     }
@@ -899,6 +927,16 @@ impl Conn {
         if self.timer.clock == Clock::Idle {
             self.set_clock(Clock::Idle, w.now);
         }
+    }
+
+    /// Since when it has been idle between requests (kept alive after an
+    /// answer, waiting for the next request).
+    pub fn idle_since(&self) -> Option<Instant> {
+        (self.timer.clock == Clock::Idle && self.between_requests()).then_some(self.timer.start)
+    }
+
+    pub fn peer(&self) -> SocketAddr {
+        self.peers.peer
     }
 
     /// Whether no request is in flight: nothing to answer or send, no

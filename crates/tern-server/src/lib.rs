@@ -11,7 +11,7 @@
 //!
 //! Imports run one way, top to bottom (ARCHITECTURE.md, "Layers"; checked
 //! by `tests/layers.rs`): `server.rs` (composition root) → `engine/` →
-//! `conn.rs`, `request_body.rs`, `shared.rs`, `handover.rs` → `site/` → `compress/` →
+//! `conn.rs`, `request_body.rs`, `shared.rs`, `handover.rs`, `per_ip.rs` → `site/` → `compress/` →
 //! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `static_io.rs`,
 //! `calibrate.rs` → files and
 //! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`,
@@ -31,6 +31,7 @@ pub mod handover;
 pub mod listeners;
 pub mod metrics;
 pub mod open_files;
+pub mod per_ip;
 pub mod privileges;
 pub mod reaper;
 pub mod reply;

@@ -43,8 +43,10 @@ pub enum TimeoutKind {
 #[repr(align(64))]
 pub struct WorkerStats {
     pub accepted: Counter,
-    /// Refused with `503` at the connection cap.
+    /// Refused with `503` at the connection cap or the per-address limit.
     pub rejected: Counter,
+    /// Idle keep-alive connections closed to make room at the cap.
+    pub evicted: Counter,
     /// Connections open in this worker (gauge).
     pub active: Counter,
     pub requests: Counter,
@@ -168,6 +170,7 @@ impl ServerStats {
 pub struct Totals {
     pub accepted: u64,
     pub rejected: u64,
+    pub evicted: u64,
     pub active: u64,
     pub requests: u64,
     pub status: [u64; 5],
@@ -193,6 +196,7 @@ impl Totals {
         for w in workers {
             t.accepted += w.accepted.get();
             t.rejected += w.rejected.get();
+            t.evicted += w.evicted.get();
             t.active += w.active.get();
             t.requests += w.requests.get();
             for (sum, c) in t.status.iter_mut().zip(&w.status) {

@@ -14,6 +14,7 @@ use crate::engine::event;
 use crate::error_log::log;
 use crate::handover::Doors;
 use crate::metrics::{Ending, ServerStats};
+use crate::per_ip::PerIp;
 use crate::shared::Shared;
 use crate::site::Site;
 use crate::static_io::StaticIo;
@@ -208,6 +209,7 @@ impl Server {
             per_worker.into_iter().map(|sockets| sockets.into_iter().map(Into::into).collect()).collect();
         let handover = per_worker.iter().flatten().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
 
+        let per_ip = PerIp::new(config.limits.max_connections_per_ip);
         let http_limits = Limits {
             max_request_line: config.limits.max_request_line.usize(),
             max_head_bytes: config.limits.max_header_bytes.usize(),
@@ -221,6 +223,7 @@ impl Server {
             server: ServerStats::new(workers),
             access,
             io: io.clone(),
+            per_ip,
             successor: std::sync::OnceLock::new(),
         });
         let mut threads = Vec::with_capacity(workers);

@@ -11,6 +11,7 @@ use crate::access_log::AccessTarget;
 use crate::config::Config;
 use crate::handover::Doors;
 use crate::metrics::ServerStats;
+use crate::per_ip::PerIp;
 use crate::site::Site;
 use crate::static_io::StaticIo;
 use crate::worker::{Watcher, Worker};
@@ -24,6 +25,9 @@ pub struct Shared {
     /// Which I/O method sends which file (a calibration thread may
     /// update it after start).
     pub io: std::sync::Arc<StaticIo>,
+    /// Connections per client address, when `limits.max_connections_per_ip`
+    /// is set.
+    pub per_ip: Option<PerIp>,
     /// The server that replaces this one on reload: where its connections
     /// go once idle. Set once, before the workers are told to hand over.
     pub successor: OnceLock<Arc<Doors>>,

@@ -80,6 +80,18 @@ pub fn shutdown_write(fd: BorrowedFd<'_>) {
     let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Write);
 }
 
+/// Fixes the socket's send buffer at `bytes`, which also ends the kernel's
+/// growing of it.
+pub fn clamp_send_buffer(fd: BorrowedFd<'_>, bytes: usize) {
+    let _ = socket2::SockRef::from(&fd).set_send_buffer_size(bytes);
+}
+
+/// Makes closing the socket reset the connection: what is still queued is
+/// dropped at once instead of being trickled to a peer that does not read.
+pub fn reset_on_close(fd: BorrowedFd<'_>) {
+    let _ = socket2::SockRef::from(&fd).set_linger(Some(std::time::Duration::ZERO));
+}
+
 /// Does `err` mean "try again when ready"?
 pub fn would_block(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock

@@ -16,7 +16,7 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     ("composition root", &["server"]),
     ("engines", &["engine"]),
-    ("connection", &["conn", "request_body", "shared", "handover"]),
+    ("connection", &["conn", "request_body", "shared", "handover", "per_ip"]),
     ("site", &["site"]),
     ("compression", &["compress"]),
     ("what a worker lends, output", &["worker", "reply", "body", "static_io", "calibrate"]),

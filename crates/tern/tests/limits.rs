@@ -132,6 +132,9 @@ fn connection_cap_answers_503_and_recovers() {
             while n < 1000 {
                 n += s.read(&mut buf).unwrap();
             }
+            // A request under way: not an idle connection that could be
+            // closed to make room.
+            s.write_all(b"GET /small.txt HTTP/1.1\r\n").unwrap();
             s
         })
         .collect();

@@ -44,6 +44,13 @@ const TICK: Duration = Duration::from_secs(1);
 /// connections cannot starve the ones already open.
 const ACCEPT_BATCH: usize = 64;
 
+/// Why a connection is refused.
+#[derive(Clone, Copy)]
+enum Refusal {
+    Cap,
+    PerIp,
+}
+
 const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\nRetry-After: 1\r\n\r\ntoo many connections";
 
 /// Runs worker `index` until shutdown. Sends its waker (or the error that
@@ -159,7 +166,7 @@ pub fn run(
         // New connections after the turn's requests, a batch per listener.
         for (i, more) in backlog.iter_mut().enumerate() {
             if *more {
-                *more = accept(&mut w, &poll, &listeners[i], &mut conns);
+                *more = accept(shared, &mut w, &poll, &listeners[i], &mut conns);
                 w.note_open(conns.len());
             }
         }
@@ -206,7 +213,7 @@ pub fn run(
     }
     let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
     for key in keys {
-        close(&mut w, &mut conns, key);
+        close(shared, &mut w, &mut conns, key);
     }
     w.reaper.kill_all(&shared.server.cgi_running);
     w.log.flush();
@@ -225,7 +232,7 @@ fn settle(
     ending: Ending,
 ) {
     if status == Status::Closed {
-        return close(w, conns, key);
+        return close(shared, w, conns, key);
     }
     if ending != Ending::Reload || !conns[key].between_requests() {
         return;
@@ -235,19 +242,22 @@ fn settle(
     // Out of this worker's set before another worker can register it.
     let _ = poll.registry().deregister(&mut SourceFd(&fd));
     let conn = conns.remove(key);
-    forget(w);
+    forget(shared, w, conn.peer());
     // A successor that has ended already: the connection just closes.
     let _ = successor.send(conn.into_moved(w));
 }
 
 /// Takes a connection handed over by a replaced server.
 fn adopt(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conns: &mut Slab<Conn>, moved: Moved, ending: Ending) {
-    // Already admitted once: the cap does not apply again.
+    // Already admitted once: the limits do not apply again.
     w.server.connections.fetch_add(1, Ordering::Relaxed);
+    if let Some(per_ip) = &shared.per_ip {
+        per_ip.add(moved.peer.ip());
+    }
     let entry = conns.vacant_entry();
     let key = entry.key();
     let conn = Conn::adopt(key, moved, w);
-    if !register(w, poll, &conn, key) {
+    if !register(shared, w, poll, &conn, key) {
         return;
     }
     entry.insert(conn);
@@ -261,13 +271,13 @@ fn adopt(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conns: &mut Slab<Conn
 
 /// Registers a connection's socket for both directions; on failure it is
 /// uncounted and dropped (closed).
-fn register(w: &mut Worker<'_>, poll: &Poll, conn: &Conn, key: usize) -> bool {
+fn register(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conn: &Conn, key: usize) -> bool {
     let fd = conn.fd();
     match poll.registry().register(&mut SourceFd(&fd), Token(key * 2), Interest::READABLE | Interest::WRITABLE) {
         Ok(()) => true,
         Err(e) => {
             log!(Level::Error, "cannot register connection: {e}");
-            w.server.connections.fetch_sub(1, Ordering::Relaxed);
+            uncount(shared, w, conn.peer());
             false
         }
     }
@@ -301,7 +311,13 @@ fn guarded(w: &mut Worker<'_>, conn: &mut Conn, f: impl FnOnce(&mut Conn, &mut W
 
 /// Accepts up to a batch of connections; returns whether more may be
 /// waiting (the batch was used up).
-fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, conns: &mut Slab<Conn>) -> bool {
+fn accept(
+    shared: &Shared,
+    w: &mut Worker<'_>,
+    poll: &Poll,
+    listener: &mio::net::TcpListener,
+    conns: &mut Slab<Conn>,
+) -> bool {
     for _ in 0..ACCEPT_BATCH {
         let (stream, peer) = match listener.accept() {
             Ok(accepted) => accepted,
@@ -316,15 +332,22 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
         // SAFETY: the descriptor comes straight from the accepted mio stream.
         let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
         w.stats.accepted.incr();
-        if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.server.max_connections {
-            w.server.connections.fetch_sub(1, Ordering::Relaxed);
+        if shared.per_ip.as_ref().is_some_and(|t| !t.admit(peer.ip())) {
             w.stats.rejected.incr();
-            refuse(w, stream, peer);
+            refuse(w, stream, peer, Refusal::PerIp);
+            continue;
+        }
+        if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.server.max_connections
+            && !evict_idle(shared, w, conns)
+        {
+            uncount(shared, w, peer);
+            w.stats.rejected.incr();
+            refuse(w, stream, peer, Refusal::Cap);
             continue;
         }
         let entry = conns.vacant_entry();
         let conn = Conn::new(entry.key(), stream, peer, w);
-        if !register(w, poll, &conn, entry.key()) {
+        if !register(shared, w, poll, &conn, entry.key()) {
             continue;
         }
         entry.insert(conn);
@@ -333,9 +356,22 @@ fn accept(w: &mut Worker<'_>, poll: &Poll, listener: &mio::net::TcpListener, con
     true
 }
 
-/// Answers a connection over the cap with `503` (best effort, never
+/// At the connection cap: closes this worker's longest-idle keep-alive
+/// connection to make room (as Apache's event MPM does), so idle clients
+/// cannot keep new ones out. Returns whether there was one.
+fn evict_idle(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>) -> bool {
+    let oldest = conns.iter().filter_map(|(k, c)| c.idle_since().map(|t| (t, k))).min();
+    let Some((_, key)) = oldest else { return false };
+    w.stats.evicted.incr();
+    // Uncounted as it closes: the new connection, counted already, takes
+    // its place.
+    close(shared, w, conns, key);
+    true
+}
+
+/// Answers a connection over a limit with `503` (best effort, never
 /// blocking) and closes it.
-fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr) {
+fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr, why: Refusal) {
     use std::io::Write;
     // An answer like any other: counted with its status class.
     w.stats.requests.incr();
@@ -343,20 +379,32 @@ fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr) {
     if let Ok(n) = (&stream).write(OVERLOADED) {
         w.stats.bytes_sent.add(n as u64);
     }
-    log!(Level::Warn, "{peer}: refused, server.max_connections reached");
+    let key = match why {
+        Refusal::Cap => "server.max_connections",
+        Refusal::PerIp => "limits.max_connections_per_ip",
+    };
+    log!(Level::Warn, "{peer}: refused, {key} reached");
 }
 
-fn close(w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
+fn close(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
     let mut conn = conns.remove(key);
     // Counted as closed before the socket is: a client that sees the close
     // may ask the status page (another worker) at once.
-    forget(w);
+    forget(shared, w, conn.peer());
     // Closing the descriptor also removes it from the epoll set.
     conn.recycle(w);
 }
 
 /// Uncounts a connection that leaves this worker.
-fn forget(w: &mut Worker<'_>) {
-    w.server.connections.fetch_sub(1, Ordering::Relaxed);
+fn forget(shared: &Shared, w: &mut Worker<'_>, peer: SocketAddr) {
+    uncount(shared, w, peer);
     w.stats.active.set(w.stats.active.get().saturating_sub(1));
+}
+
+/// Takes a connection off the server-wide counts.
+fn uncount(shared: &Shared, w: &Worker<'_>, peer: SocketAddr) {
+    w.server.connections.fetch_sub(1, Ordering::Relaxed);
+    if let Some(per_ip) = &shared.per_ip {
+        per_ip.remove(peer.ip());
+    }
 }

@@ -56,6 +56,7 @@ pub fn serve(
                 "active": t.active,
                 "accepted": t.accepted,
                 "rejected": t.rejected,
+                "evicted": t.evicted,
                 "max": config.server.max_connections,
             },
             "requests": {
@@ -307,7 +308,13 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
     metric("workers", "gauge", "Worker threads.", &[("", workers as u64)]);
     metric("connections_active", "gauge", "Open client connections.", &[("", t.active)]);
     metric("connections_accepted_total", "counter", "Connections accepted.", &[("", t.accepted)]);
-    metric("connections_rejected_total", "counter", "Connections refused at the cap.", &[("", t.rejected)]);
+    metric("connections_rejected_total", "counter", "Connections refused at a limit.", &[("", t.rejected)]);
+    metric(
+        "connections_evicted_total",
+        "counter",
+        "Idle keep-alive connections closed to make room at the cap.",
+        &[("", t.evicted)],
+    );
     metric("requests_total", "counter", "Requests answered.", &[("", t.requests)]);
     let classes = ["{class=\"1xx\"}", "{class=\"2xx\"}", "{class=\"3xx\"}", "{class=\"4xx\"}", "{class=\"5xx\"}"];
     let by_class: Vec<(&str, u64)> = classes.iter().copied().zip(t.status).collect();

@@ -1,0 +1,161 @@
+//! Slow and idle clients cannot fill the connection cap: the send deadline
+//! counts only what the peer acknowledged, idle keep-alive connections make
+//! room at the cap, and `limits.max_connections_per_ip` refuses one
+//! address's excess without touching the others.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{statuses, Tern};
+
+/// A connection from `source` (an address on the loopback network).
+fn connect_from(source: &str, to: SocketAddr, recv_buffer: Option<usize>) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    if let Some(bytes) = recv_buffer {
+        s.set_recv_buffer_size(bytes).unwrap();
+    }
+    let from: SocketAddr = format!("{source}:0").parse().unwrap();
+    s.bind(&from.into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    s.into()
+}
+
+/// One keep-alive `GET /small.txt` (1,000-byte body) on `s`.
+fn get_small(s: &mut TcpStream) -> u16 {
+    s.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = common::find(&got, b"\r\n\r\n") {
+            let status = statuses(&got)[0];
+            if status != 200 || got.len() >= end + 4 + 1000 {
+                return status;
+            }
+        }
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {} bytes: {}", got.len(), String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+fn status_json(tern: &Tern) -> serde_json::Value {
+    serde_json::from_slice(&common::get(tern.addr, "/_tern/status", "").body).unwrap()
+}
+
+#[test]
+fn a_slow_reader_is_cut_by_what_it_acknowledged_not_what_was_buffered() {
+    let site = common::site();
+    std::fs::File::create(site.root.join("huge.bin")).unwrap().set_len(256 << 20).unwrap();
+    // 2 s, plus 1 s for every 10 kB the reader takes.
+    let tern = Tern::start(&site.root, "sendfile", "[timeouts]\nsend = \"2s\"\nsend_min_rate = 10000\n", &[]);
+    // A reader with a small window that takes 2 kB a second.
+    let mut s = connect_from("127.0.0.1", tern.addr, Some(4096));
+    s.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let start = Instant::now();
+    let mut buf = [0u8; 200];
+    let mut got = 0;
+    let ended = loop {
+        assert!(start.elapsed() < Duration::from_secs(30), "not cut after 30 s ({got} bytes read)");
+        match s.read(&mut buf) {
+            Ok(0) => break start.elapsed(),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break start.elapsed(),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // What it took (and its small window) pays for about a second more.
+    assert!(ended >= Duration::from_secs(2), "cut before the base time: {ended:?}");
+    assert!(ended < Duration::from_secs(9), "cut only after {ended:?} ({got} bytes read)");
+    assert_eq!(status_json(&tern)["timeouts"]["send"].as_u64(), Some(1));
+}
+
+#[test]
+fn an_idle_keep_alive_connection_makes_room_at_the_cap() {
+    let site = common::site();
+    // One worker: the cap's connections are all in the worker that accepts.
+    let tern = Tern::start(&site.root, "sendfile", "[server]\nmax_connections = 4\n", &["--workers", "1"]);
+    let mut held: Vec<TcpStream> = (0..4)
+        .map(|_| {
+            let mut s = TcpStream::connect(tern.addr).unwrap();
+            assert_eq!(get_small(&mut s), 200);
+            std::thread::sleep(Duration::from_millis(50));
+            s
+        })
+        .collect();
+    // The most recently used keeps its place: the first is the oldest idle.
+    assert_eq!(get_small(&mut held[0]), 200);
+    let mut new = TcpStream::connect(tern.addr).unwrap();
+    new.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(get_small(&mut new), 200, "a new client was refused while idle connections held the cap");
+    let mut evicted = held.remove(1);
+    evicted.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(evicted.read(&mut [0u8; 16]).unwrap(), 0, "the longest-idle connection was closed");
+    for s in held.iter_mut() {
+        assert_eq!(get_small(s), 200, "the others were kept");
+    }
+    // Connections with a request under way are never evicted: at the cap
+    // with none idle, a new one is refused.
+    held.push(new);
+    for s in held.iter_mut() {
+        s.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n").unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let mut extra = TcpStream::connect(tern.addr).unwrap();
+    extra.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let _ = extra.read_to_end(&mut got);
+    assert_eq!(statuses(&got), [503]);
+    // Room for the status page.
+    held.pop();
+    std::thread::sleep(Duration::from_millis(300));
+    let j = status_json(&tern);
+    assert_eq!(j["connections"]["evicted"].as_u64(), Some(1), "{j}");
+}
+
+#[test]
+fn the_per_address_limit_refuses_only_the_address_over_it() {
+    let site = common::site();
+    std::fs::File::create(site.root.join("huge.bin")).unwrap().set_len(256 << 20).unwrap();
+    let tern = Tern::start(
+        &site.root,
+        "sendfile",
+        "[server]\nmax_connections = 100\n[limits]\nmax_connections_per_ip = 50\n",
+        &[],
+    );
+    // 200 slow readers from 127.0.0.2: a download each, never read.
+    let mut attack = Vec::new();
+    let mut refused = 0;
+    for _ in 0..200 {
+        let mut s = connect_from("127.0.0.2", tern.addr, Some(4096));
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n");
+        attack.push(s);
+    }
+    for s in attack.iter_mut() {
+        let mut head = [0u8; 12];
+        if s.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 503" {
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 150, "the address over its limit gets 503 past 50 connections");
+    // Honest clients from 127.0.0.1 are all served meanwhile.
+    let mut honest: Vec<TcpStream> = (0..20).map(|_| connect_from("127.0.0.1", tern.addr, None)).collect();
+    for s in honest.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for _ in 0..3 {
+            assert_eq!(get_small(s), 200);
+        }
+    }
+    assert_eq!(status_json(&tern)["connections"]["rejected"].as_u64(), Some(150));
+    // Closing makes room for the same address again.
+    attack.truncate(10);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut again = connect_from("127.0.0.2", tern.addr, None);
+    again.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(get_small(&mut again), 200);
+}
