@@ -139,16 +139,19 @@ fn status_json(tern: &Tern) -> serde_json::Value {
     serde_json::from_slice(&get(tern.addr, "/_tern/status", "").body).unwrap()
 }
 
-/// A keep-alive connection that has been answered once and stays open.
-fn held_connection(tern: &Tern) -> TcpStream {
-    let mut s = TcpStream::connect(tern.addr).unwrap();
-    s.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while got.len() < 1000 {
-        let n = s.read(&mut buf).unwrap();
-        got.extend_from_slice(&buf[..n]);
+/// A connection busy with a response that stays open: a 64 MiB download
+/// whose head was read and whose body is not (an idle keep-alive connection
+/// would be closed to make room at the cap).
+fn held_connection(tern: &Tern, root: &std::path::Path) -> TcpStream {
+    let huge = root.join("huge.bin");
+    if !huge.exists() {
+        std::fs::File::create(&huge).unwrap().set_len(64 << 20).unwrap();
     }
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
     s
 }
 
@@ -166,7 +169,7 @@ fn every_answer_is_counted() {
     let site = common::site();
     let tern = Tern::start(&site.root, "sendfile", "[server]\nmax_connections = 3\n[timeouts]\nheader = \"1s\"\n", &[]);
     let before = status_json(&tern);
-    let held: Vec<TcpStream> = (0..3).map(|_| held_connection(&tern)).collect();
+    let held: Vec<TcpStream> = (0..3).map(|_| held_connection(&tern, &site.root)).collect();
     for _ in 0..5 {
         assert_eq!(statuses(&refused(&tern)), [503]);
     }
@@ -205,7 +208,7 @@ fn repeated_log_lines_are_rate_limited() {
         log.display()
     );
     let tern = Tern::start(&site.root, "sendfile", &config, &[]);
-    let _held = held_connection(&tern);
+    let _held = held_connection(&tern, &site.root);
     const FLOOD: u64 = 300;
     let flood = Instant::now();
     for _ in 0..FLOOD {

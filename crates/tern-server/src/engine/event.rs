@@ -379,11 +379,11 @@ fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr, why: Refusal) {
     if let Ok(n) = (&stream).write(OVERLOADED) {
         w.stats.bytes_sent.add(n as u64);
     }
-    let key = match why {
-        Refusal::Cap => "server.max_connections",
-        Refusal::PerIp => "limits.max_connections_per_ip",
-    };
-    log!(Level::Warn, "{peer}: refused, {key} reached");
+    // One call site each: repeated lines are rate-limited per site.
+    match why {
+        Refusal::Cap => log!(Level::Warn, "{peer}: refused, server.max_connections reached"),
+        Refusal::PerIp => log!(Level::Warn, "{peer}: refused, limits.max_connections_per_ip reached"),
+    }
 }
 
 fn close(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
