@@ -281,6 +281,12 @@ pub struct StaticFiles {
     /// URL paths served even though hidden (with `hidden = "deny"`); hidden
     /// names below them are still refused. Default `["/.well-known"]`.
     pub hidden_allow: Vec<String>,
+    /// Extensions of program sources never sent as static files (answered
+    /// 403), so a `.php` page is not shown as source when no FastCGI
+    /// backend claims it (lighttpd's `static-file.exclude-extensions`).
+    /// Files that a CGI or FastCGI route claims never reach static files
+    /// anyway. Default `[".php", ".pl", ".fcgi"]`.
+    pub exclude_extensions: Vec<String>,
 }
 
 /// Whether hidden paths (a segment starting with `.`) are served.
@@ -304,6 +310,7 @@ impl Default for StaticFiles {
             mime_types: BTreeMap::new(),
             hidden: Hidden::Deny,
             hidden_allow: vec!["/.well-known".into()],
+            exclude_extensions: vec![".php".into(), ".pl".into(), ".fcgi".into()],
         }
     }
 }
@@ -981,6 +988,12 @@ impl Config {
                 "static",
                 "hidden_allow",
                 "each must be a URL path starting with /",
+            ),
+            (
+                self.static_files.exclude_extensions.iter().any(|e| !e.starts_with('.') || e.len() < 2),
+                "static",
+                "exclude_extensions",
+                "each must be an extension starting with . (\".php\")",
             ),
             (self.limits.max_ranges == 0, "limits", "max_ranges", "must be at least 1"),
             (self.server.user.is_empty() && !self.server.group.is_empty(), "server", "group", "needs server.user"),

@@ -46,6 +46,8 @@ pub struct Settings {
     /// when the root could lead to it (same device, or any symlink
     /// followed): never served, whatever name reaches it.
     config_file: Option<(u64, u64)>,
+    /// `static.exclude_extensions`, lower case, without the dot.
+    excluded: Vec<String>,
 }
 
 impl Settings {
@@ -63,6 +65,7 @@ impl Settings {
             max_ranges: config.limits.max_ranges,
             boundary: format!("tern-{:016x}", (seed as u64) ^ u64::from(std::process::id()).rotate_left(32)),
             config_file: running_config(config),
+            excluded: st.exclude_extensions.iter().map(|e| e[1..].to_ascii_lowercase()).collect(),
         }
     }
 
@@ -71,10 +74,16 @@ impl Settings {
         self.config_file == Some((stat.st_dev, stat.st_ino))
     }
 
+    /// Is `name` (a file name or path) the source of a program, never
+    /// sent as a file (`static.exclude_extensions`)? Asked when a path is
+    /// resolved, not on table hits: only files that passed are kept there.
+    fn is_excluded(&self, name: &[u8]) -> bool {
+        let ext = extension(name);
+        self.excluded.iter().any(|e| e.as_bytes().eq_ignore_ascii_case(ext))
+    }
+
     fn content_type(&self, path: &[u8]) -> String {
-        let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-        let name = String::from_utf8_lossy(name);
-        let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+        let ext = String::from_utf8_lossy(extension(path)).to_ascii_lowercase();
         let ty = self
             .mime_types
             .iter()
@@ -164,6 +173,13 @@ pub fn serve(site: Files<'_>, req: &Request<'_>, norm: Normalized, reply: &mut R
     }
 }
 
+/// The extension of the last segment of `path` (after its last `.`; empty
+/// when it has none).
+fn extension(path: &[u8]) -> &[u8] {
+    let name = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+    name.iter().rposition(|&b| b == b'.').map_or(&[], |i| &name[i + 1..])
+}
+
 /// The running configuration file's identity, if a request could reach
 /// it: decided once at start, so a server whose configuration lies elsewhere
 /// pays nothing per request.
@@ -200,6 +216,15 @@ fn open(
         Ok(Found::File { stat, .. }) if site.static_files.is_config_file(&stat) => {
             w.files.remove(&w.path);
             reply.error(404);
+            None
+        }
+        Ok(Found::File { index, .. })
+            if site
+                .static_files
+                .is_excluded(index.map_or(&w.path[..rel_len], |i| site.root.index_name(i).as_bytes())) =>
+        {
+            w.files.remove(&w.path);
+            reply.error(403);
             None
         }
         Ok(Found::File { file, stat, index }) => match cached {
