@@ -97,12 +97,30 @@ pub fn would_block(err: &io::Error) -> bool {
     err.kind() == io::ErrorKind::WouldBlock
 }
 
+/// Runs `f` (a spawn) with no signal blocked in the calling thread, then
+/// restores its mask, so the child starts with none blocked: a program
+/// with `SIGTERM` blocked could not be stopped by it. A signal that arrives
+/// meanwhile runs its handler here, as on any thread.
+pub fn with_no_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: plain libc calls on local, initialised signal sets.
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, &mut old);
+        let out = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        out
+    }
+}
+
 /// Blocks `signals` in the calling thread (and the threads it starts
 /// afterwards). Used for the shutdown signals in workers, so they reach the
 /// thread that waits for them and never interrupt a worker's system calls,
 /// and for `SIGCHLD` everywhere: exited CGI programs are collected with
-/// `waitpid`, the signal would only wake a thread for nothing. (Children
-/// start with a clean mask.)
+/// `waitpid`, the signal would only wake a thread for nothing. A child
+/// inherits the mask of the thread that spawns it (std keeps it since
+/// rust-lang/rust#101077): spawn through [`with_no_signals_blocked`].
 pub fn block_signals(signals: &[libc::c_int]) {
     // SAFETY: plain libc calls on a local, initialised signal set.
     unsafe {

@@ -54,6 +54,11 @@ fn cgi_site() -> Site {
         "segv-length.sh",
         "#!/bin/sh\nprintf 'Content-Type: text/plain\\nContent-Length: 12\\n\\npartial body'\nkill -SEGV $$\n",
     );
+    program(
+        &cgi,
+        "mask.sh",
+        "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\n'\nexec grep SigBlk /proc/self/status\n",
+    );
     program(&cgi, "fails.sh", "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nall printed'\nexit 3\n");
     program(&cgi, "fine.sh", "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\nall printed'\nexit 0\n");
     program(
@@ -126,6 +131,16 @@ fn a_grandchild_left_running_is_killed_when_its_request_ends() {
         let pid = read_pid(&s.state.join(name));
         assert!(gone_within(pid, Duration::from_secs(5)), "{name}: the grandchild {pid} outlived its request");
     }
+}
+
+#[test]
+fn programs_start_with_no_signal_blocked() {
+    // Workers block SIGTERM, SIGHUP, SIGINT and SIGCHLD; a program that
+    // inherited that could not be stopped with SIGTERM.
+    let s = cgi_site();
+    let tern = start(&s, "");
+    let r = common::get(tern.addr, "/cgi-bin/mask.sh", "");
+    assert_eq!((r.status, String::from_utf8_lossy(&r.body).as_ref()), (200, "SigBlk:\t0000000000000000\n"));
 }
 
 #[test]

@@ -277,7 +277,7 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
     // the server's address space.)
     cmd.process_group(0);
     cmd.stdin(body_stdin(l.body)?).stdout(Stdio::piped()).stderr(crate::error_log::for_child());
-    let mut child = cmd.spawn()?;
+    let mut child = sys::with_no_signals_blocked(|| cmd.spawn())?;
     let stdout: OwnedFd = child.stdout.take().expect("stdout was piped").into();
     rustix::io::ioctl_fionbio(&stdout, true)?;
     let pid = Pid::from_raw(child.id() as i32).expect("a child has a pid");
