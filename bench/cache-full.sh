@@ -3,16 +3,17 @@
 # compression.when_full = "evict" (admission by use, the default) against
 # "refuse" (whatever came first stays), on a skewed workload.
 #
-# 1,000 HTML pages of about 100 KB (compressing about 6:1), a cache of
-# CACHE (8 MiB: room for about half of the gzip variants). For each policy a
+# 1,000 HTML pages of about 100 KB (gzip about 3.7:1, 27 KB), a cache of
+# CACHE (8 MiB: room for about 300 of the 1,000 gzip variants). For each policy a
 # fresh tern (compression inline, so the rate includes the compressions a
 # policy causes) first gets every page once, in order (the cold sweep that
-# fills the cache with pages 1-500 or so), then `tern bench --mix` sends a
+# fills the cache with pages 1-300 or so), then `tern bench --mix` sends a
 # Zipf(1.0) mix over the same pages for DUR seconds, page of rank r with
 # weight 10000/r, ranks shuffled (seeded) so that the hot pages are not the
 # ones the sweep cached first. Reported: requests/s, the compressed-cache hit
 # rate over the measured run (hits / (hits + misses) from /_tern/status, the
-# run's difference), variants displaced and refused, memory held vs the cap.
+# run's difference), the server's CPU time per request (utime+stime over the
+# run), variants displaced and refused, memory held vs the cap.
 # The server is pinned to CPU 0 and the load generator to CPU 1.
 #
 # Usage: bench/cache-full.sh        (env: DUR=20 CONNS=16 WORKERS=1 CACHE=8MiB
@@ -59,7 +60,7 @@ with open(f"{site}/../zipf.mix", "w") as mix:
         mix.write(f"{max(1, round(10000 / rank))} /p{page}.html\n")
 EOF
 
-printf '%-8s %10s %9s %10s %9s %12s\n' policy req/s hit-rate displaced refused memory/cap
+printf '%-8s %10s %12s %9s %10s %9s %12s\n' policy req/s cpu/req hit-rate displaced refused memory/cap
 for policy in evict refuse; do
     port=$(free_port)
     cat >"$OUT/$policy.toml" <<EOF
@@ -75,16 +76,18 @@ EOF
     pid=$!
     BENCH_PIDS+=("$pid")
     wait_http "http://127.0.0.1:$port/p1.html" "$pid" 20 || bench_die "tern ($policy) did not start"
-    for i in $(seq 1 "$PAGES"); do echo "url = \"http://127.0.0.1:$port/p$i.html\""; done >"$OUT/sweep.curl"
-    curl -s -H 'Accept-Encoding: gzip' -K "$OUT/sweep.curl" -o /dev/null
+    for i in $(seq 1 "$PAGES"); do printf 'url = "http://127.0.0.1:%s/p%s.html"\noutput = "/dev/null"\n' "$port" "$i"; done >"$OUT/sweep.curl"
+    curl -s -H 'Accept-Encoding: gzip' -K "$OUT/sweep.curl"
     curl -s "http://127.0.0.1:$port/_tern/status" >"$OUT/$policy-before.json"
+    cpu0=$(tree_cpu_ticks "$pid")
     taskset -c 1 "$TERN_BIN" bench -t1 -c"$CONNS" -d"${DUR}s" --json --mix "$OUT/zipf.mix" \
         -H 'Accept-Encoding: gzip' "http://127.0.0.1:$port/" >"$OUT/$policy-bench.json"
+    echo $(($(tree_cpu_ticks "$pid") - cpu0)) >"$OUT/$policy-cpu-ticks"
     curl -s "http://127.0.0.1:$port/_tern/status" >"$OUT/$policy-after.json"
     stop_tree "$pid"
     forget_pid "$pid"
     python3 - "$OUT" "$policy" <<'EOF'
-import json, sys
+import json, os, sys
 out, policy = sys.argv[1], sys.argv[2]
 b = json.load(open(f"{out}/{policy}-before.json"))["compression"]
 a = json.load(open(f"{out}/{policy}-after.json"))["compression"]
@@ -92,7 +95,9 @@ run = json.load(open(f"{out}/{policy}-bench.json"))
 hits, misses = a["hits"] - b["hits"], a["misses"] - b["misses"]
 rate = hits / (hits + misses) if hits + misses else 0.0
 rps = run["requests_per_s"]
-print(f"{policy:<8} {rps:>10.0f} {rate:>8.1%} {a['displaced']:>10} {a['full']:>9} "
+ticks = int(open(f"{out}/{policy}-cpu-ticks").read())
+cpu_us = ticks * 1e6 / os.sysconf("SC_CLK_TCK") / run["requests"]
+print(f"{policy:<8} {rps:>10.0f} {cpu_us:>9.1f} us {rate:>8.1%} {a['displaced']:>10} {a['full']:>9} "
       f"{a['memory_bytes'] / 2**20:>5.1f}/{a['memory_cap'] / 2**20:.0f} MiB")
 EOF
 done
