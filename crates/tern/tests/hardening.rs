@@ -89,8 +89,11 @@ fn check_tries_everything_a_start_would() {
     let config = dir.path().join("tern.toml");
     for (text, expected) in &cases {
         std::fs::write(&config, text).unwrap();
+        // Port 0 unless the case is about the address: the default 8080 may
+        // be someone else's on a shared machine.
+        let listen: &[&str] = if text.contains("listen") { &[] } else { &["--listen", "127.0.0.1:0"] };
         for mode in ["--check", "--workers=1"] {
-            let (code, out, err) = tern(&["serve", "--config", config.to_str().unwrap(), mode]);
+            let (code, out, err) = tern(&[&["serve", "--config", config.to_str().unwrap(), mode], listen].concat());
             assert_eq!(code, Some(2), "{mode} {text:?}: {out}{err}");
             assert!(out.is_empty() && err.contains(expected), "{mode} {text:?} → {err}");
         }
