@@ -34,6 +34,8 @@ struct PhpFpm {
     child: Option<Child>,
     dir: PathBuf,
     socket: PathBuf,
+    /// Set when it listens on TCP instead of `socket`.
+    port: Option<u16>,
     pool: String,
 }
 
@@ -41,15 +43,20 @@ impl PhpFpm {
     /// Starts php-fpm on `dir/fpm.sock` with `children` static children and
     /// extra pool settings.
     fn start(dir: &Path, children: usize, extra: &str) -> PhpFpm {
+        PhpFpm::start_on(dir, None, children, extra)
+    }
+
+    /// As [`PhpFpm::start`], listening on `127.0.0.1:port` when given.
+    fn start_on(dir: &Path, port: Option<u16>, children: usize, extra: &str) -> PhpFpm {
         let socket = dir.join("fpm.sock");
+        let listen = port.map_or_else(|| socket.display().to_string(), |p| format!("127.0.0.1:{p}"));
         let pool = format!(
-            "[tern]\nlisten = {sock}\npm = static\npm.max_children = {children}\ncatch_workers_output = yes\n\
+            "[tern]\nlisten = {listen}\npm = static\npm.max_children = {children}\ncatch_workers_output = yes\n\
              php_admin_value[output_buffering] = 0\nphp_admin_value[post_max_size] = 64M\n\
              php_admin_value[upload_max_filesize] = 64M\nphp_admin_value[display_errors] = Off\n\
-             php_admin_value[error_log] =\nphp_admin_flag[log_errors] = on\n{extra}\n",
-            sock = socket.display()
+             php_admin_value[error_log] =\nphp_admin_flag[log_errors] = on\n{extra}\n"
         );
-        let mut fpm = PhpFpm { child: None, dir: dir.to_path_buf(), socket, pool };
+        let mut fpm = PhpFpm { child: None, dir: dir.to_path_buf(), socket, port, pool };
         fpm.launch();
         fpm
     }
@@ -72,7 +79,11 @@ impl PhpFpm {
         cmd.process_group(0).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         self.child = Some(cmd.spawn().expect("start php-fpm"));
         let start = Instant::now();
-        while !self.socket.exists() {
+        let listening = || match self.port {
+            Some(p) => TcpStream::connect(("127.0.0.1", p)).is_ok(),
+            None => self.socket.exists(),
+        };
+        while !listening() {
             assert!(start.elapsed() < Duration::from_secs(20), "php-fpm did not start: {}", self.log());
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -505,4 +516,30 @@ fn the_demo_site_runs_its_php_page() {
     );
     let page = String::from_utf8_lossy(&r.body);
     assert!(page.contains("Hello, Ada!") && page.contains("<code>/form</code>"), "{page}");
+}
+
+/// A backend over TCP: a non-blocking connect completed through the
+/// engine; a refused port is 502 at once.
+#[test]
+fn a_tcp_backend() {
+    let site = common::site();
+    std::fs::write(site.root.join("hello.php"), "<?php echo 'hello over tcp';").unwrap();
+    let free_port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (port, refused) = (free_port(), free_port());
+    let _fpm = PhpFpm::start_on(site.dir.path(), Some(port), 1, "");
+    let config = format!(
+        "[fastcgi.backends.tcp]\naddress = \"127.0.0.1:{port}\"\nextensions = [\".php\"]\n\
+         [fastcgi.backends.zdown]\naddress = \"127.0.0.1:{refused}\"\nprefixes = [\"/down\"]\ncheck_file = false\n"
+    );
+    let tern = Tern::start(&site.root, "sendfile", &config, &[]);
+    for _ in 0..3 {
+        let r = get(tern.addr, "/hello.php", "");
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello over tcp"[..]));
+    }
+    let start = Instant::now();
+    assert_eq!(get(tern.addr, "/down/x", "").status, 502);
+    assert!(start.elapsed() < Duration::from_millis(1500), "502 took {:?}", start.elapsed());
+    let v = status_json(&tern);
+    assert_eq!(v["fastcgi"]["backends"]["tcp"]["connects"], 1, "{v}");
+    assert_eq!(v["fastcgi"]["backends"]["zdown"]["502"], 1, "{v}");
 }
