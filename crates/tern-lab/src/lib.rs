@@ -5,5 +5,6 @@
 //! what every performance claim of the project is measured with, so it is
 //! built to be trusted before it is built to be fast.
 
+pub mod agent;
 pub mod load;
 pub mod probe;

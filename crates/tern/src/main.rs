@@ -25,6 +25,8 @@ enum Command {
     /// Measure what the operating system costs: syscalls, processes, disk,
     /// IPC, network, RPC, file I/O methods.
     Probe(cmd::probe::Args),
+    /// Serve tern's built-in probes and load to a master (gRPC, token).
+    Agent(cmd::agent::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -35,6 +37,7 @@ fn main() -> std::process::ExitCode {
         Command::Man(args) => cmd::man::run(args, Cli::command()),
         Command::Tune(args) => cmd::tune::run(args),
         Command::Probe(args) => cmd::probe::run(args),
+        Command::Agent(args) => cmd::agent::run(args),
     };
     match result {
         Ok(code) => code,

@@ -104,7 +104,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    fn of(h: &Histogram<u64>) -> Summary {
+    pub fn of(h: &Histogram<u64>) -> Summary {
         Summary {
             count: h.len(),
             min_us: h.min(),

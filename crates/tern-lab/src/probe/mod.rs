@@ -52,6 +52,16 @@ pub struct Options {
     pub commands: Vec<String>,
     /// Draw a progress line on stderr.
     pub progress: bool,
+    /// The agent the rpc suite calls (a local one when `None`).
+    pub agent: Option<Remote>,
+}
+
+/// An agent to measure against.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    /// HOST:PORT.
+    pub addr: String,
+    pub token: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +81,7 @@ impl Default for Options {
             path: std::env::temp_dir(),
             commands: vec!["/bin/true".into()],
             progress: false,
+            agent: None,
         }
     }
 }
@@ -155,10 +166,12 @@ fn run_here(suites: &[Suite], opts: &Options) -> io::Result<ProbeReport> {
         bar
     });
     let mut results = Vec::new();
+    let mut rpc_null_ns = None;
     for &suite in suites {
         let ctx = Ctx { opts, sampling, progress: bar.as_ref(), suite: suite.name() };
         let started = std::time::Instant::now();
         let outcome = suite.run(&ctx).map_err(|e| io::Error::new(e.kind(), format!("suite {}: {e}", suite.name())))?;
+        rpc_null_ns = rpc_null_ns.or(outcome.rpc_null_ns);
         results.push(SuiteResult {
             suite: suite.name().to_string(),
             figures: outcome.figures,
@@ -176,7 +189,29 @@ fn run_here(suites: &[Suite], opts: &Options) -> io::Result<ProbeReport> {
         samples: sampling.samples,
         interval_ns: sampling.target_ns,
         overhead,
-        rpc_null_ns: None,
+        rpc_null_ns,
         suites: results,
     })
+}
+
+/// Runs `suites` for the agent `opts.agent`: the rpc suite from here, timed
+/// here with the null RPC subtracted; every other suite on the agent itself,
+/// its report coming back whole. The report's host is the agent.
+pub fn run_remote(suites: &[Suite], opts: &Options) -> io::Result<ProbeReport> {
+    let remote = opts.agent.as_ref().ok_or_else(|| io::Error::other("no agent given"))?;
+    let on_agent: Vec<String> = suites.iter().filter(|s| **s != Suite::Rpc).map(|s| s.name().to_string()).collect();
+    let mut report = if on_agent.is_empty() {
+        let mut here = run(&[], opts)?;
+        here.host = remote.addr.clone();
+        here
+    } else {
+        let mut agent = crate::agent::client::Agent::connect(&remote.addr, &remote.token)?;
+        agent.probe(&on_agent, opts.samples, opts.interval, opts.quick)?
+    };
+    if suites.contains(&Suite::Rpc) {
+        let here = run(&[Suite::Rpc], opts)?;
+        report.rpc_null_ns = here.rpc_null_ns;
+        report.suites.extend(here.suites);
+    }
+    Ok(report)
 }

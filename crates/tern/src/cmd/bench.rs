@@ -106,9 +106,32 @@ pub struct Args {
     /// Write one CSV row per request (start, end, status, bytes, connection).
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
+    /// Run the load from this `tern agent` (HOST:PORT; repeatable): every
+    /// agent makes the same run at one coordinated start, and the latency
+    /// histograms are merged exactly.
+    #[arg(long, value_name = "HOST:PORT", requires = "token_file", conflicts_with = "timeline")]
+    pub agent: Vec<String>,
+    /// The agents' shared token (first line of the file).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.agent.is_empty() {
+        return distributed(&args);
+    }
+    let report = load_run(&args, std::io::stderr().is_terminal())?;
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{report}");
+    }
+    Ok(if report.successes == 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// Makes the load run the arguments describe (here, or on an agent that
+/// received them).
+pub fn load_run(args: &Args, progress: bool) -> anyhow::Result<load::Report> {
     let base = args.url.as_deref().map(Url::parse).transpose()?;
     let specs = match (&args.mix, base) {
         (Some(mix), base) => plan::parse_mix_file(mix, base.as_ref(), &args.method)?,
@@ -142,16 +165,49 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pipeline: args.pipeline,
         rate: args.rate,
         timeout: args.timeout,
-        timeline: args.timeline,
-        progress: std::io::stderr().is_terminal(),
+        timeline: args.timeline.clone(),
+        progress,
         mix_file: args.mix.clone(),
     };
-    let interrupt = load::interrupt_on_ctrl_c()?;
-    let report = load::run(&plan, &opts, &interrupt)?;
+    // Ctrl-C stops a run on a terminal; an agent's runs stop on their own.
+    let interrupt = if progress { load::interrupt_on_ctrl_c()? } else { Default::default() };
+    Ok(load::run(&plan, &opts, &interrupt)?)
+}
+
+/// The command line after `bench`, less the options that concern the master
+/// only (--agent, --token-file): what each agent runs.
+fn forwarded_args() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = std::env::args().skip_while(|a| a != "bench").skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--agent" | "--token-file" => {
+                args.next();
+            }
+            _ if a.starts_with("--agent=") || a.starts_with("--token-file=") => {}
+            _ => out.push(a),
+        }
+    }
+    out
+}
+
+/// `tern bench --agent A --agent B …`: the same run on every agent at one
+/// start time, the histograms merged exactly.
+fn distributed(args: &Args) -> anyhow::Result<ExitCode> {
+    let token_file = args.token_file.as_ref().context("--agent needs --token-file")?;
+    let token = tern_lab::agent::read_token(token_file)?;
+    let agents =
+        args.agent.iter().map(|a| tern_lab::agent::client::Agent::connect(a, &token)).collect::<Result<Vec<_>, _>>()?;
+    let expected = args.warmup
+        + match (args.requests, args.duration) {
+            (Some(_), _) => Duration::from_secs(300),
+            (None, d) => d.unwrap_or(Duration::from_secs(10)),
+        };
+    let report = tern_lab::agent::distributed::run(agents, &forwarded_args(), expected)?;
     if args.json {
-        println!("{}", report.to_json());
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{report}");
     }
-    Ok(if report.successes == 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if report.total.requests == 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

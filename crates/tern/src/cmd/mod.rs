@@ -1,3 +1,4 @@
+pub mod agent;
 pub mod bench;
 pub mod man;
 pub mod probe;

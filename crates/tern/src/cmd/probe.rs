@@ -7,10 +7,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tern_lab::load;
-use tern_lab::probe::{self, Options, Pin, Suite};
+use tern_lab::probe::{self, Options, Pin, Remote, Suite};
 
 const LONG_HELP: &str = "\
 Suites: syscalls, processes, commands, disk, ipc, net, rpc, files (all by default).
+With --agent HOST:PORT (repeatable) the suites run on each agent and the
+reports come back (JSON: an array, one per agent); the rpc suite is timed from
+here against the agent, with the null-RPC time (measured at the start and the
+end) subtracted from its transfers and reported.
 
 Examples:
   tern probe                          every suite on this machine
@@ -18,6 +22,7 @@ Examples:
   tern probe disk --path /mnt/ssd     write+fsync and warm/cold reads there
   tern probe commands -x 'gzip -c /etc/services' -x 'python3 -c pass'
   tern probe all --quick --json > host.json
+  tern probe --agent b:7700 --agent c:7700 --token-file t syscalls rpc
 
 Arithmetic: each figure is timed with CLOCK_MONOTONIC in intervals calibrated
 to --interval (iterations grow x8 until an interval exceeds 150 us, then are
@@ -64,6 +69,13 @@ pub struct Args {
     /// Print the results as JSON, with the environment.
     #[arg(long)]
     pub json: bool,
+    /// Run the suites on this `tern agent` (HOST:PORT; repeatable: hosts
+    /// side by side). The rpc suite is timed from here, null RPC subtracted.
+    #[arg(long, value_name = "HOST:PORT", requires = "token_file")]
+    pub agent: Vec<String>,
+    /// The agents' shared token (first line of the file).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// The suites named on the command line; none or `all` means every suite.
@@ -99,11 +111,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.quick {
         opts = opts.quick();
     }
-    let report = probe::run(&suites, &opts)?;
+    if args.agent.is_empty() {
+        let report = probe::run(&suites, &opts)?;
+        if args.json {
+            println!("{}", report.to_json());
+        } else {
+            print!("{report}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let token = match &args.token_file {
+        Some(f) => tern_lab::agent::read_token(f)?,
+        None => anyhow::bail!("--agent needs --token-file"),
+    };
+    let mut reports = Vec::new();
+    for addr in &args.agent {
+        opts.agent = Some(Remote { addr: addr.clone(), token: token.clone() });
+        reports.push(probe::run_remote(&suites, &opts)?);
+    }
     if args.json {
-        println!("{}", report.to_json());
+        println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
-        print!("{report}");
+        for r in &reports {
+            println!("{r}");
+        }
+        if reports.len() > 1 {
+            print!("{}", probe::report::SideBySide(&reports));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -34,6 +34,7 @@ pub fn run(ctx: &Ctx) -> io::Result<super::Outcome> {
     }
     Ok(super::Outcome {
         figures,
+        rpc_null_ns: None,
         notes: vec![format!(
             "commands run by /bin/sh -c with stdin and stdout on /dev/null; the shell's own start ({} µs) is \
              subtracted from each",

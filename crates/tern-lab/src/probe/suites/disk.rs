@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::super::{Ctx, Figure};
+use super::super::Ctx;
 use crate::probe::stopwatch::{now_ns, Interval};
 
 /// Sizes in KiB.
@@ -92,5 +92,5 @@ pub fn run(ctx: &Ctx) -> io::Result<super::Outcome> {
     if fs == "tmpfs" || fs == "overlayfs" {
         notes.push(format!("on {fs} a cold read may still be served from memory, and fsync may not reach a disk"));
     }
-    Ok(super::Outcome { figures: figures.into_iter().collect::<Vec<Figure>>(), notes })
+    Ok(super::Outcome { figures, notes, rpc_null_ns: None })
 }

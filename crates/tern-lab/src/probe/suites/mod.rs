@@ -8,6 +8,7 @@ mod files;
 pub mod ipc;
 pub mod net;
 pub mod processes;
+mod rpc;
 mod syscalls;
 
 use std::io;
@@ -24,6 +25,7 @@ pub enum Suite {
     Disk,
     Ipc,
     Net,
+    Rpc,
     Files,
 }
 
@@ -32,17 +34,27 @@ pub enum Suite {
 pub struct Outcome {
     pub figures: Vec<Figure>,
     pub notes: Vec<String>,
+    /// The null-RPC time subtracted from the suite's transfers.
+    pub rpc_null_ns: Option<f64>,
 }
 
 impl From<Vec<Figure>> for Outcome {
     fn from(figures: Vec<Figure>) -> Outcome {
-        Outcome { figures, notes: Vec::new() }
+        Outcome { figures, ..Outcome::default() }
     }
 }
 
 impl Suite {
-    pub const ALL: &'static [Suite] =
-        &[Suite::Syscalls, Suite::Processes, Suite::Commands, Suite::Disk, Suite::Ipc, Suite::Net, Suite::Files];
+    pub const ALL: &'static [Suite] = &[
+        Suite::Syscalls,
+        Suite::Processes,
+        Suite::Commands,
+        Suite::Disk,
+        Suite::Ipc,
+        Suite::Net,
+        Suite::Rpc,
+        Suite::Files,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -52,6 +64,7 @@ impl Suite {
             Suite::Disk => "disk",
             Suite::Ipc => "ipc",
             Suite::Net => "net",
+            Suite::Rpc => "rpc",
             Suite::Files => "files",
         }
     }
@@ -72,6 +85,7 @@ impl Suite {
             Suite::Disk => disk::run(ctx),
             Suite::Ipc => ipc::run(ctx).map(Outcome::from),
             Suite::Net => net::run(ctx).map(Outcome::from),
+            Suite::Rpc => rpc::run(ctx),
             Suite::Files => files::run(ctx).map(Outcome::from),
         }
     }

@@ -1,0 +1,185 @@
+//! The agent: serves null calls, fetches, lazy callbacks, built-in probes and
+//! load runs to callers that present the token.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio_stream::{Stream, StreamExt};
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::proto::agent_server::{Agent, AgentServer};
+use super::proto::{BenchRequest, Bytes, Empty, FetchRequest, Json, Need, ProbeRequest};
+use super::BenchRunner;
+use crate::probe::{self, Options, Suite};
+
+/// Largest fetch or piece served: bigger ones would only measure memory.
+pub const MAX_TRANSFER: u64 = 64 << 20;
+
+struct Service {
+    runner: BenchRunner,
+}
+
+fn bytes(size: u64) -> Result<Bytes, Status> {
+    if size > MAX_TRANSFER {
+        return Err(Status::invalid_argument(format!("at most {MAX_TRANSFER} bytes per transfer")));
+    }
+    Ok(Bytes { data: vec![0x5a; size as usize] })
+}
+
+#[tonic::async_trait]
+impl Agent for Service {
+    async fn null(&self, _: Request<Empty>) -> Result<Response<Empty>, Status> {
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn fetch(&self, req: Request<FetchRequest>) -> Result<Response<Bytes>, Status> {
+        bytes(req.into_inner().size).map(Response::new)
+    }
+
+    type LazyStream = Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+
+    async fn lazy(&self, req: Request<Streaming<Need>>) -> Result<Response<Self::LazyStream>, Status> {
+        let needs = req.into_inner();
+        let pieces = needs.map(|need| bytes(need?.size));
+        Ok(Response::new(Box::pin(pieces)))
+    }
+
+    async fn probe(&self, req: Request<ProbeRequest>) -> Result<Response<Json>, Status> {
+        let r = req.into_inner();
+        let suites = r
+            .suites
+            .iter()
+            .map(|s| Suite::parse(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(Status::invalid_argument)?;
+        let mut opts = Options {
+            samples: (r.samples as usize).max(1),
+            interval: Duration::from_nanos(r.interval_ns.max(1_000)),
+            ..Options::default()
+        };
+        if r.quick {
+            opts = opts.quick();
+        }
+        let report = tokio::task::spawn_blocking(move || probe::run(&suites, &opts))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(Json { json: report.to_json() }))
+    }
+
+    async fn bench(&self, req: Request<BenchRequest>) -> Result<Response<Json>, Status> {
+        let r = req.into_inner();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let start = Duration::from_nanos(r.start_unix_ns);
+        if start > now + Duration::from_secs(60) {
+            return Err(Status::invalid_argument("the start time is more than 60 s away: are the clocks in sync?"));
+        }
+        tokio::time::sleep(start.saturating_sub(now)).await;
+        let runner = self.runner.clone();
+        let json = tokio::task::spawn_blocking(move || runner(r.args))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(Status::failed_precondition)?;
+        Ok(Response::new(Json { json }))
+    }
+}
+
+/// Refuses calls without the token ("Bearer TOKEN").
+#[derive(Clone)]
+struct TokenCheck(String);
+
+impl tonic::service::Interceptor for TokenCheck {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        match req.metadata().get("authorization").and_then(|v| v.to_str().ok()) {
+            Some(got) if got == self.0 => Ok(req),
+            Some(_) => Err(Status::unauthenticated("wrong token")),
+            None => Err(Status::unauthenticated("no token")),
+        }
+    }
+}
+
+/// The accepted connections, with Nagle's algorithm off: small replies
+/// must not wait for the caller's delayed acknowledgement.
+fn accepted(listener: tokio::net::TcpListener) -> impl Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
+}
+
+/// The service with its limits and the token check in front.
+fn service(runner: BenchRunner, token: String) -> InterceptedService<AgentServer<Service>, TokenCheck> {
+    let limit = MAX_TRANSFER as usize + 1024;
+    let server = AgentServer::new(Service { runner }).max_decoding_message_size(limit).max_encoding_message_size(limit);
+    InterceptedService::new(server, TokenCheck(format!("Bearer {token}")))
+}
+
+/// Runs the agent on `listener` until the process ends; `ready` is called
+/// with the bound address once it accepts calls.
+pub fn serve(
+    addr: SocketAddr,
+    token: String,
+    runner: BenchRunner,
+    ready: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        ready(listener.local_addr()?);
+        let incoming = accepted(listener);
+        tonic::transport::Server::builder()
+            .http2_keepalive_interval(Some(super::KEEPALIVE))
+            .http2_keepalive_timeout(Some(super::KEEPALIVE))
+            .add_service(service(runner, token))
+            .serve_with_incoming(incoming)
+            .await
+            .map_err(std::io::Error::other)
+    })
+}
+
+/// An agent on a thread of this process (for the local rpc suite), stopped
+/// when dropped.
+pub struct LocalAgent {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LocalAgent {
+    pub fn start(token: &str) -> std::io::Result<LocalAgent> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        std_listener.set_nonblocking(true)?;
+        let addr = std_listener.local_addr()?;
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let runner: BenchRunner = std::sync::Arc::new(|_| Err("no load runs on a local agent".into()));
+        let service = service(runner, token.to_string());
+        let thread = std::thread::Builder::new().name("tern-local-agent".into()).spawn(move || {
+            rt.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else { return };
+                let incoming = accepted(listener);
+                let _ = tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming_shutdown(incoming, async {
+                        let _ = rx.await;
+                    })
+                    .await;
+            })
+        })?;
+        Ok(LocalAgent { addr, stop: Some(tx), thread: Some(thread) })
+    }
+}
+
+impl Drop for LocalAgent {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

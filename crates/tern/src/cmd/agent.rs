@@ -1,0 +1,57 @@
+//! `tern agent`: serve tern's built-in probes and load to a master that
+//! presents the token.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use tern_lab::agent;
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+EXAMPLES:
+    head -c 32 /dev/urandom | base64 > agent.token     # the same file on master and agents
+    tern agent --listen 0.0.0.0:7700 --token-file agent.token
+    tern probe --agent host-b:7700 --token-file agent.token syscalls rpc
+    tern bench --agent host-b:7700 --agent host-c:7700 --token-file agent.token -c 100 -d 30s http://server/
+
+The agent runs nothing but tern's built-in probe suites and `tern bench` load,
+for callers presenting the token (gRPC metadata `authorization: Bearer TOKEN`);
+any other call is refused. Its traffic is plain HTTP/2: keep it on a trusted
+network (the token travels in clear).")]
+pub struct Args {
+    /// Address to listen on, IP:PORT (port 0 picks one; it is printed).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// File whose first line is the shared token.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: PathBuf,
+}
+
+/// `tern bench` arguments as an agent receives them.
+#[derive(Parser)]
+#[command(name = "tern bench", no_binary_name = true)]
+struct BenchArgs {
+    #[command(flatten)]
+    args: super::bench::Args,
+}
+
+/// Parses and runs a load run ordered by the master; the report as JSON.
+fn run_bench(argv: Vec<String>) -> Result<String, String> {
+    let parsed = BenchArgs::try_parse_from(argv).map_err(|e| e.to_string())?;
+    if !parsed.args.agent.is_empty() {
+        return Err("an agent does not order other agents".into());
+    }
+    let report = super::bench::load_run(&parsed.args, false).map_err(|e| format!("{e:#}"))?;
+    Ok(report.to_json())
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let token = agent::read_token(&args.token_file)?;
+    agent::server::serve(args.listen, token, Arc::new(run_bench), |addr| {
+        eprintln!("tern agent: listening on {addr}");
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
