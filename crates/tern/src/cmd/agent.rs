@@ -44,7 +44,7 @@ fn run_bench(argv: Vec<String>) -> Result<String, String> {
     if !parsed.args.agent.is_empty() {
         return Err("an agent does not order other agents".into());
     }
-    let report = super::bench::load_run(&parsed.args, false).map_err(|e| format!("{e:#}"))?;
+    let report = super::bench::load_run(&parsed.args, false, false).map_err(|e| format!("{e:#}"))?;
     Ok(report.to_json())
 }
 

@@ -120,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.agent.is_empty() {
         return distributed(&args);
     }
-    let report = load_run(&args, std::io::stderr().is_terminal())?;
+    let report = load_run(&args, std::io::stderr().is_terminal(), true)?;
     if args.json {
         println!("{}", report.to_json());
     } else {
@@ -130,8 +130,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Makes the load run the arguments describe (here, or on an agent that
-/// received them).
-pub fn load_run(args: &Args, progress: bool) -> anyhow::Result<load::Report> {
+/// received them). `ctrl_c`: the first Ctrl-C stops the run and reports it.
+pub fn load_run(args: &Args, progress: bool, ctrl_c: bool) -> anyhow::Result<load::Report> {
     let base = args.url.as_deref().map(Url::parse).transpose()?;
     let specs = match (&args.mix, base) {
         (Some(mix), base) => plan::parse_mix_file(mix, base.as_ref(), &args.method)?,
@@ -169,8 +169,8 @@ pub fn load_run(args: &Args, progress: bool) -> anyhow::Result<load::Report> {
         progress,
         mix_file: args.mix.clone(),
     };
-    // Ctrl-C stops a run on a terminal; an agent's runs stop on their own.
-    let interrupt = if progress { load::interrupt_on_ctrl_c()? } else { Default::default() };
+    // An agent's runs stop on their own; Ctrl-C there stops the agent.
+    let interrupt = if ctrl_c { load::interrupt_on_ctrl_c()? } else { Default::default() };
     Ok(load::run(&plan, &opts, &interrupt)?)
 }
 
