@@ -3,10 +3,15 @@
 //! four times its lower bound, at least 1 MiB) is sent again and again
 //! through the real output queue (`body.rs`) to a reader thread over a
 //! loopback connection, each method in turn, in rotating order for a few
-//! rounds; a method's rate is the best of its rounds (on a shared machine
-//! other work only ever slows a sample down, so the fastest one is the
-//! least disturbed), and the fastest method wins. A sample ends only when
-//! the peer has acknowledged every byte, so data parked in a large send
+//! rounds; the fastest method wins.
+//!
+//! A sample's cost is the larger of the CPU time both threads used and its
+//! wall time less the time they waited for a CPU (schedstat): on an idle
+//! machine that is the wall time, stalls included; on a machine busy with
+//! other work, waiting for a CPU is not the method's fault, but the CPU it
+//! needs is what the server will be short of. A method's rate is the best
+//! of its rounds (other work only ever disturbs a sample). A sample ends only
+//! when the peer has acknowledged every byte, so data parked in a large send
 //! buffer is not counted as sent. The reader stands for the clients: it
 //! runs on the same host, as a benchmark client would, so work the kernel
 //! moves to the receiving side counts too, and it may run on any CPU, not
@@ -110,6 +115,8 @@ struct Rig {
     sock: TcpStream,
     out: OutQueue,
     reader: Option<JoinHandle<()>>,
+    /// The reader thread's schedstat file.
+    reader_stat: Option<String>,
 }
 
 impl Rig {
@@ -119,16 +126,28 @@ impl Rig {
         let (sock, _) = listener.accept()?;
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let reader = std::thread::Builder::new().name("tern-calibrate".into()).spawn(move || {
             sys::allow_every_cpu();
+            let _ = tid_tx.send(rustix::thread::gettid().as_raw_nonzero().get());
             let mut buf = vec![0; 64 * 1024];
             while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
         })?;
-        Ok(Rig { sock, out: OutQueue::new(read_chunk), reader: Some(reader) })
+        let reader_stat = tid_rx.recv().ok().map(|tid| format!("/proc/self/task/{tid}/schedstat"));
+        Ok(Rig { sock, out: OutQueue::new(read_chunk), reader: Some(reader), reader_stat })
     }
 
-    /// Responses per second sending `file` with `method` for about `slice`.
+    /// Nanoseconds on a CPU and waiting for one, of both threads together.
+    fn clocks(&self) -> Option<(u64, u64)> {
+        let (run, wait) = schedstat("/proc/thread-self/schedstat")?;
+        let (reader_run, reader_wait) = schedstat(self.reader_stat.as_deref()?)?;
+        Some((run + reader_run, wait + reader_wait))
+    }
+
+    /// Responses per second sending `file` with `method` for about `slice`
+    /// (per second of cost, see the module's comment).
     fn sample(&mut self, file: &Arc<OpenFile>, method: IoMethod, slice: Duration) -> io::Result<f64> {
+        let before = self.clocks();
         let start = Instant::now();
         let mut responses = 0u64;
         loop {
@@ -148,7 +167,13 @@ impl Rig {
         while sys::unacked(self.sock.as_fd())? > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(50));
         }
-        Ok(responses as f64 / start.elapsed().as_secs_f64())
+        let wall = start.elapsed();
+        let cost = match (before, self.clocks()) {
+            (Some((run0, wait0)), Some((run1, wait1))) => Duration::from_nanos(run1.saturating_sub(run0))
+                .max(wall.saturating_sub(Duration::from_nanos(wait1.saturating_sub(wait0)))),
+            _ => wall,
+        };
+        Ok(responses as f64 / cost.as_secs_f64().max(1e-6))
     }
 
     fn finish(mut self) {
@@ -157,4 +182,12 @@ impl Rig {
             let _ = reader.join();
         }
     }
+}
+
+/// A thread's time on a CPU and time runnable but waiting for one, in
+/// nanoseconds (the first two fields of its schedstat file).
+fn schedstat(path: &str) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+    Some((fields.next()??, fields.next()??))
 }
