@@ -1,13 +1,13 @@
 //! Measures which I/O method sends each file-size class fastest on this
 //! host: a file of the class's largest size (the last, open-ended class:
 //! four times its lower bound, at least 1 MiB) is sent again and again
-//! through the real output queue (`body.rs`) to a reader thread over a
-//! loopback connection, each method in turn, in rotating order for a few
-//! rounds; the fastest method wins.
+//! through the real output queue (`body.rs`) to reader threads over a few
+//! loopback connections at once, each method in turn, in rotating order
+//! for a few rounds; the fastest method wins.
 //!
-//! A sample's cost is the larger of the CPU time both threads used and its
-//! wall time less the time they waited for a CPU (schedstat): on an idle
-//! machine that is the wall time, stalls included; on a machine busy with
+//! A sample's cost is the larger of the CPU time the sender and the readers
+//! used and its wall time less the time they waited for a CPU (schedstat):
+//! on an idle machine that is the wall time, stalls included; on a machine busy with
 //! other work, waiting for a CPU is not the method's fault, but the CPU it
 //! needs is what the server will be short of. A method's rate is the best
 //! of its rounds (other work only ever disturbs a sample). A sample ends only
@@ -110,8 +110,17 @@ fn sample_file(size: u64) -> io::Result<Arc<OpenFile>> {
     }))
 }
 
-/// A loopback connection: the server's side writes, a thread reads.
+/// Connections sent to at once: stalls of one overlap with progress on
+/// the others, as they do for a server with many clients.
+const LINKS: usize = 4;
+
+/// Loopback connections: the server's side writes, a thread per
+/// connection reads.
 struct Rig {
+    links: Vec<Link>,
+}
+
+struct Link {
     sock: TcpStream,
     out: OutQueue,
     reader: Option<JoinHandle<()>>,
@@ -122,26 +131,34 @@ struct Rig {
 impl Rig {
     fn new(read_chunk: usize) -> io::Result<Rig> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
-        let mut client = TcpStream::connect(listener.local_addr()?)?;
-        let (sock, _) = listener.accept()?;
-        sock.set_nonblocking(true)?;
-        sock.set_nodelay(true)?;
-        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
-        let reader = std::thread::Builder::new().name("tern-calibrate".into()).spawn(move || {
-            sys::allow_every_cpu();
-            let _ = tid_tx.send(rustix::thread::gettid().as_raw_nonzero().get());
-            let mut buf = vec![0; 64 * 1024];
-            while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
-        })?;
-        let reader_stat = tid_rx.recv().ok().map(|tid| format!("/proc/self/task/{tid}/schedstat"));
-        Ok(Rig { sock, out: OutQueue::new(read_chunk), reader: Some(reader), reader_stat })
+        let mut links = Vec::with_capacity(LINKS);
+        for _ in 0..LINKS {
+            let mut client = TcpStream::connect(listener.local_addr()?)?;
+            let (sock, _) = listener.accept()?;
+            sock.set_nonblocking(true)?;
+            sock.set_nodelay(true)?;
+            let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+            let reader = std::thread::Builder::new().name("tern-calibrate".into()).spawn(move || {
+                sys::allow_every_cpu();
+                let _ = tid_tx.send(rustix::thread::gettid().as_raw_nonzero().get());
+                let mut buf = vec![0; 64 * 1024];
+                while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
+            })?;
+            let reader_stat = tid_rx.recv().ok().map(|tid| format!("/proc/self/task/{tid}/schedstat"));
+            links.push(Link { sock, out: OutQueue::new(read_chunk), reader: Some(reader), reader_stat });
+        }
+        Ok(Rig { links })
     }
 
-    /// Nanoseconds on a CPU and waiting for one, of both threads together.
+    /// Nanoseconds on a CPU and waiting for one, of all threads together.
     fn clocks(&self) -> Option<(u64, u64)> {
-        let (run, wait) = schedstat("/proc/thread-self/schedstat")?;
-        let (reader_run, reader_wait) = schedstat(self.reader_stat.as_deref()?)?;
-        Some((run + reader_run, wait + reader_wait))
+        let (mut run, mut wait) = schedstat("/proc/thread-self/schedstat")?;
+        for link in &self.links {
+            let (r, w) = schedstat(link.reader_stat.as_deref()?)?;
+            run += r;
+            wait += w;
+        }
+        Some((run, wait))
     }
 
     /// Responses per second sending `file` with `method` for about `slice`
@@ -151,21 +168,36 @@ impl Rig {
         let start = Instant::now();
         let mut responses = 0u64;
         loop {
-            self.out.buf.extend_from_slice(HEAD);
-            self.out.push_file(file, 0, file.size, method);
-            while self.out.flush(self.sock.as_fd())? == Flushed::Blocked {
-                sys::wait_writable(self.sock.as_fd(), Duration::from_secs(1))?;
+            let more = start.elapsed() < slice;
+            let (mut pending, mut blocked) = (0, 0);
+            for link in &mut self.links {
+                if link.out.is_empty() && more {
+                    link.out.buf.extend_from_slice(HEAD);
+                    link.out.push_file(file, 0, file.size, method);
+                    responses += 1;
+                }
+                if !link.out.is_empty() {
+                    pending += 1;
+                    if link.out.flush(link.sock.as_fd())? == Flushed::Blocked {
+                        blocked += 1;
+                    }
+                }
             }
-            responses += 1;
-            if start.elapsed() >= slice {
+            if pending == 0 {
                 break;
             }
+            if blocked == pending {
+                let socks: Vec<_> = self.links.iter().filter(|l| !l.out.is_empty()).map(|l| l.sock.as_fd()).collect();
+                sys::wait_writable(&socks, Duration::from_secs(1))?;
+            }
         }
-        // Until the reader has it all: bytes parked in the send buffer
+        // Until the readers have it all: bytes parked in the send buffers
         // are not sent yet.
         let deadline = Instant::now() + Duration::from_secs(2);
-        while sys::unacked(self.sock.as_fd())? > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(50));
+        for link in &self.links {
+            while sys::unacked(link.sock.as_fd())? > 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
         let wall = start.elapsed();
         let cost = match (before, self.clocks()) {
@@ -176,10 +208,12 @@ impl Rig {
         Ok(responses as f64 / cost.as_secs_f64().max(1e-6))
     }
 
-    fn finish(mut self) {
-        sys::shutdown_write(self.sock.as_fd());
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
+    fn finish(self) {
+        for mut link in self.links {
+            sys::shutdown_write(link.sock.as_fd());
+            if let Some(reader) = link.reader.take() {
+                let _ = reader.join();
+            }
         }
     }
 }

@@ -51,11 +51,12 @@ pub fn allow_every_cpu() {
     let _ = rustix::thread::sched_setaffinity(None, &set);
 }
 
-/// Waits (up to `timeout`) until `sock` is writable.
-pub fn wait_writable(sock: BorrowedFd<'_>, timeout: std::time::Duration) -> io::Result<()> {
+/// Waits (up to `timeout`) until one of `socks` is writable.
+pub fn wait_writable(socks: &[BorrowedFd<'_>], timeout: std::time::Duration) -> io::Result<()> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let timeout = Timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
-    poll(&mut [PollFd::new(&sock, PollFlags::OUT)], Some(&timeout))?;
+    let mut fds: Vec<PollFd<'_>> = socks.iter().map(|s| PollFd::new(s, PollFlags::OUT)).collect();
+    poll(&mut fds, Some(&timeout))?;
     Ok(())
 }
 
