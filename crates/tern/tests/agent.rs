@@ -66,6 +66,14 @@ impl Lab {
         cmd
     }
 
+    /// `tern serve ROOT` in the server namespace; its address.
+    fn serve(&mut self, root: &Path) -> String {
+        let listen = format!("{SERVER_IP}:0");
+        let ns = self.server.clone();
+        let args = ["serve", root.to_str().unwrap(), "--listen", &listen, "--access-log", "off"];
+        self.spawn(&ns, &args, "listening on http://").0
+    }
+
     /// Starts a long-running tern in `ns` and waits for the address it
     /// prints after `marker`.
     fn spawn(&mut self, ns: &str, args: &[&str], marker: &str) -> (String, usize) {
@@ -196,13 +204,7 @@ fn an_agent_killed_mid_run_is_named_and_the_master_does_not_hang() {
     let token = token_file(dir.path(), "token", "kill-test");
     let root = site(dir.path());
     let mut lab = Lab::new("kill");
-    let listen = format!("{SERVER_IP}:0");
-    let server_ns = lab.server.clone();
-    let (server, _) = lab.spawn(
-        &server_ns,
-        &["serve", root.to_str().unwrap(), "--listen", &listen, "--access-log", "off"],
-        "listening on http://",
-    );
+    let server = lab.serve(&root);
     let (agent, index) = lab.agent(&token);
     let url = format!("http://{server}/index.html");
     let args =
@@ -232,13 +234,7 @@ fn two_agents_load_a_server_and_their_histograms_merge_exactly() {
     let token = token_file(dir.path(), "token", "two-agents");
     let root = site(dir.path());
     let mut lab = Lab::new("two");
-    let listen = format!("{SERVER_IP}:0");
-    let server_ns = lab.server.clone();
-    let (server, _) = lab.spawn(
-        &server_ns,
-        &["serve", root.to_str().unwrap(), "--listen", &listen, "--access-log", "off"],
-        "listening on http://",
-    );
+    let server = lab.serve(&root);
     let (a, _) = lab.agent(&token);
     let (b, _) = lab.agent(&token);
     let url = format!("http://{server}/index.html");
