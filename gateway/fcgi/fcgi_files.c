@@ -17,6 +17,12 @@
  * being sent raises SIGBUS inside the copy: the handler jumps back out of
  * it, the response is cut short, the entry is dropped, and the server goes
  * on.
+ *
+ * SIGTERM or SIGINT stops it: no new request is taken, the ones being
+ * answered finish (for up to STOP_GRACE seconds), the socket file is
+ * removed and it exits 0. (libfcgi's own SIGTERM handler only sets a flag
+ * its accept loop never sees while blocked, so the signals are taken by the
+ * main thread with sigwait instead.)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -28,13 +34,16 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 enum mode { MODE_MMAP, MODE_READ };
@@ -60,6 +69,12 @@ static enum mode mode = MODE_MMAP;
 static size_t cache_cap = 256;
 static const char *prefix = "";
 static int listen_sock = -1;
+/* Requests being answered, and whether the server is stopping. */
+static atomic_int busy;
+static atomic_bool stopping;
+
+/* How long a stop waits for the requests being answered. */
+#define STOP_GRACE 5
 
 /* The copy a SIGBUS interrupts: where to jump back to, per thread. */
 static __thread sigjmp_buf *bus_jump;
@@ -259,8 +274,13 @@ static void *worker(void *arg)
     FCGX_Request r;
     FCGX_InitRequest(&r, listen_sock, 0);
     while (FCGX_Accept_r(&r) >= 0) {
+        atomic_fetch_add(&busy, 1);
+        /* A request accepted as the stop began is still answered. */
         serve(&r, &t, buf, buflen);
         FCGX_Finish_r(&r);
+        atomic_fetch_sub(&busy, 1);
+        if (atomic_load(&stopping))
+            break;
     }
     return NULL;
 }
@@ -306,6 +326,12 @@ int main(int argc, char **argv)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* Blocked before any thread starts, so only sigwait below takes them. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
     struct sigaction sa = { .sa_handler = on_sigbus, .sa_flags = SA_NODEFER };
     sigaction(SIGBUS, &sa, NULL);
     if (FCGX_Init() != 0 || (listen_sock = FCGX_OpenSocket(sock, 128)) < 0) {
@@ -314,10 +340,25 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "fcgi-files: serving %s on %s (mode %s, %d threads)\n", root, sock,
             mode == MODE_MMAP ? "mmap" : "read", threads);
-    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
-    for (int i = 0; i < threads; i++)
-        pthread_create(&ids[i], NULL, worker, NULL);
-    for (int i = 0; i < threads; i++)
-        pthread_join(ids[i], NULL);
+    for (int i = 0; i < threads; i++) {
+        pthread_t id;
+        if (pthread_create(&id, NULL, worker, NULL) != 0) {
+            perror("fcgi-files: pthread_create");
+            return 1;
+        }
+        pthread_detach(id);
+    }
+    int sig;
+    sigwait(&stop, &sig);
+    atomic_store(&stopping, 1);
+    /* Wakes the threads blocked in accept (EINVAL) and refuses new
+     * connections; threads on a kept-alive connection are ended by exit. */
+    shutdown(listen_sock, SHUT_RDWR);
+    if (sock[0] != ':')
+        unlink(sock);
+    struct timespec tick = { .tv_nsec = 10 * 1000 * 1000 };
+    for (int i = 0; i < STOP_GRACE * 100 && atomic_load(&busy) > 0; i++)
+        nanosleep(&tick, NULL);
+    fprintf(stderr, "fcgi-files: stopped by signal %d\n", sig);
     return 0;
 }

@@ -206,3 +206,42 @@ fn traversal_is_refused() {
         assert_eq!(fastcgi_status(&server.socket, "/fs/nope.txt"), 404);
     }
 }
+
+#[test]
+fn sigterm_finishes_the_request_in_flight_then_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = dir.path().join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    let big = pattern(8 << 20, 5);
+    std::fs::write(files.join("big.bin"), &big).unwrap();
+    std::fs::write(files.join("small.txt"), "small\n").unwrap();
+    let mut server = FileServer::start(dir.path(), &files, "mmap");
+    let tern = tern_for(dir.path(), &server);
+    // A kept-alive connection now idles in tern's pool: it must not hold
+    // the stop up.
+    assert_eq!(get(tern.addr, "/fs/small.txt", "").body, b"small\n");
+    // A client that does not read yet: the file server blocks mid-file.
+    let mut sock = TcpStream::connect(tern.addr).unwrap();
+    sock.write_all(b"GET /fs/big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(server.alive(), "it stopped before the request in flight was answered");
+    assert!(!server.socket.exists(), "the socket file is still there: new requests could still come");
+    sock.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut got = Vec::new();
+    sock.read_to_end(&mut got).unwrap();
+    let r = &common::parse_responses(&got, &[false])[0];
+    assert!(r.status == 200 && r.body == big, "the request in flight was cut ({} bytes)", r.body.len());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "fcgi-files ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let log = std::fs::read_to_string(&server.stderr).unwrap();
+    assert!(log.contains("stopped by signal 15"), "{log}");
+}
