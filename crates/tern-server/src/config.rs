@@ -441,6 +441,10 @@ pub struct Limits {
     pub max_headers: usize,
     /// Largest request body (`413` past it). Default `"1MiB"`.
     pub max_body_bytes: Bytes,
+    /// Request body bytes held in memory (and the most a FastCGI
+    /// exchange buffers of one); a larger body waits in an unnamed
+    /// temporary file in `$TMPDIR`. Default `"64KiB"`.
+    pub body_buffer: Bytes,
     /// Requests on one keep-alive connection; 0 = unlimited. Default 10000.
     pub keepalive_requests: u64,
     /// Ranges in one `Range` before it is ignored. Default 16.
@@ -458,6 +462,7 @@ impl Default for Limits {
             max_header_bytes: Bytes(16 * 1024),
             max_headers: 100,
             max_body_bytes: Bytes(1024 * 1024),
+            body_buffer: Bytes(64 * 1024),
             keepalive_requests: 10_000,
             max_ranges: 16,
             max_connections_per_ip: 0,
@@ -996,6 +1001,7 @@ impl Config {
                 "each must be an extension starting with . (\".php\")",
             ),
             (self.limits.max_ranges == 0, "limits", "max_ranges", "must be at least 1"),
+            (self.limits.body_buffer.0 == 0, "limits", "body_buffer", "must be at least 1 byte"),
             (self.server.user.is_empty() && !self.server.group.is_empty(), "server", "group", "needs server.user"),
             (self.timeouts.header.0.is_zero(), "timeouts", "header", "must be more than 0"),
             (!self.status.path.starts_with('/'), "status", "path", "must be a URL path starting with /"),
@@ -1060,6 +1066,7 @@ mod tests {
         assert_eq!(c.static_files.io_classes, [Bytes(16384), Bytes(262144)]);
         assert_eq!(c.static_files.io_profile, None);
         assert_eq!(c.limits.max_body_bytes, Bytes(1 << 20));
+        assert_eq!(c.limits.body_buffer, Bytes(64 << 10));
         assert_eq!(c.timeouts.keepalive, Seconds(Duration::from_secs(15)));
         assert_eq!(c.server.root, PathBuf::from("/etc/tern/."));
     }
@@ -1104,6 +1111,8 @@ mod tests {
         assert!(e.contains("line 2") && e.contains("send"), "{e}");
         let e = parse("[server]\nworkers = 1\n[limits]\nmax_headers = 500\n").unwrap_err();
         assert!(e.contains("line 4: limits.max_headers"), "{e}");
+        let e = parse("[limits]\nmax_ranges = 3\nbody_buffer = 0\n").unwrap_err();
+        assert!(e.contains("line 3: limits.body_buffer"), "{e}");
     }
 
     #[test]

@@ -31,6 +31,7 @@ use crate::shared::Shared;
 use crate::site::backend::Job;
 use crate::site::cgi::Pump;
 use crate::site::{Answer, Peers};
+use crate::spool::Spool;
 use crate::sys;
 use crate::worker::Worker;
 
@@ -141,7 +142,7 @@ pub struct Conn {
     /// at `rpos` until the body is complete).
     body: Option<(BodyReader, usize)>,
     /// The request body read so far (handed to the site with its request).
-    body_buf: Vec<u8>,
+    spool: Spool,
     backend: Option<Box<Backend>>,
     redirects: u8,
     timer: Timer,
@@ -171,7 +172,7 @@ impl Conn {
             keep_alive: true,
             requests: 0,
             body: None,
-            body_buf: Vec::new(),
+            spool: Spool::default(),
             backend: None,
             redirects: 0,
             timer: Timer { clock: Clock::Header, start: w.now, bytes: 0 },
@@ -458,7 +459,7 @@ impl Conn {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         match parse_head(&raw, &shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
-                self.body_buf.clear();
+                self.spool = Spool::default();
                 self.answer(shared, w, &req, true);
             }
             _ => self.backend_error(w, b, 502),
@@ -540,22 +541,34 @@ impl Conn {
         if start == self.rbuf.len() {
             return Some(false);
         }
-        let collected = &mut self.body_buf;
-        match reader.feed(&self.rbuf[start..], |data| collected.extend_from_slice(data)) {
-            Ok((n, done)) => {
+        let (spool, window) = (&mut self.spool, w.config.limits.body_buffer.usize());
+        let mut stored = Ok(());
+        let fed = reader.feed(&self.rbuf[start..], |data| {
+            if stored.is_ok() {
+                stored = spool.push(data, window);
+            }
+        });
+        match (fed, stored) {
+            (Ok((n, done)), Ok(())) => {
                 self.rbuf.drain(start..start + n);
                 if !done {
                     return Some(false);
                 }
             }
-            Err(err) => {
-                let status = match err {
-                    BodyError::Framing(why) => {
+            (fed, stored) => {
+                let status = match (fed, stored) {
+                    (Err(BodyError::Framing(why)), _) => {
                         log!(Level::Info, "{}: bad request body: {why}", self.peers.peer);
                         400
                     }
-                    BodyError::TooLarge => 413,
+                    (Err(BodyError::TooLarge), _) => 413,
+                    (_, Err(err)) => {
+                        log!(Level::Error, "{}: cannot store a request body: {err}", self.peers.peer);
+                        500
+                    }
+                    (Ok(_), Ok(())) => unreachable!("handled above"),
                 };
+                self.spool = Spool::default();
                 let rbuf = std::mem::take(&mut self.rbuf);
                 self.body = None;
                 self.answer_error(w, status, first_line(&rbuf[self.rpos..]));
@@ -577,7 +590,8 @@ impl Conn {
             _ => None,
         };
         self.rbuf = rbuf;
-        self.body_buf.clear();
+        // What the site did not take.
+        self.spool = Spool::default();
         answered
     }
 
@@ -612,7 +626,7 @@ impl Conn {
             reply.error(413);
             Answer::Done
         } else {
-            shared.site.respond(req, &self.body_buf, self.peers, &mut reply, w)
+            shared.site.respond(req, &mut self.spool, self.peers, &mut reply, w)
         };
         if let Answer::Backend(job) = answer {
             self.keep_alive = reply.keep_alive;

@@ -16,7 +16,7 @@
 //! `calibrate.rs` → files and
 //! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`,
 //! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `listeners.rs`,
-//! `sys.rs`). Nothing imports
+//! `spool.rs`, `sys.rs`). Nothing imports
 //! this file.
 
 pub mod access_log;
@@ -40,6 +40,7 @@ pub mod resolve;
 pub mod server;
 pub mod shared;
 pub mod site;
+pub mod spool;
 pub mod static_io;
 pub mod sys;
 pub mod worker;

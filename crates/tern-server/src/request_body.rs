@@ -1,5 +1,5 @@
 //! Reading a request body off the connection: by length or chunked, with a
-//! size limit.
+//! size limit (kept in a `spool::Spool` until a backend takes it).
 
 use tern_http::chunked::{Chunk, ChunkError, ChunkedDecoder};
 use tern_http::request::BodyFraming;

@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "privileges",
             "listeners",
+            "spool",
             "sys",
         ],
     ),

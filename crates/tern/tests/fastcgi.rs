@@ -157,13 +157,29 @@ fn setup(children: usize, fpm_extra: &str, tern_extra: &str) -> Setup {
     )
     .unwrap();
     std::fs::write(root.join("flush.php"), "<?php echo 'first'; flush(); sleep(4); echo 'second';").unwrap();
+    std::fs::write(
+        root.join("hash.php"),
+        "<?php echo $_SERVER['CONTENT_LENGTH'], ' ', hash_file('crc32b', 'php://input');",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("echo.cgi"),
+        "#!/bin/sh\nprintf 'Content-Type: application/octet-stream\\r\\n\\r\\n'\nexec cat\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(root.join("echo.cgi"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::write(root.join("fatal.php"), "<?php tern_no_such_function();").unwrap();
+    std::fs::write(
+        root.join("ticks.php"),
+        "<?php for ($i = 0; $i < 300; $i++) { echo \"tick $i\\n\"; flush(); usleep(100000); }",
+    )
+    .unwrap();
     std::fs::write(root.join("slow.php"), "<?php sleep(3); echo 'slow';").unwrap();
     std::fs::write(root.join("status.php"), "<?php header('Status: 418 Teapot'); header('X-Php: yes'); echo 'tea';")
         .unwrap();
     let fpm = PhpFpm::start(site.dir.path(), children, fpm_extra);
     let config = format!(
-        "[limits]\nmax_body_bytes = \"16MiB\"\n[fastcgi.backends.php]\naddress = \"unix:{}\"\nextensions = [\".php\"]\n{tern_extra}\n",
+        "[limits]\nmax_body_bytes = \"64MiB\"\n[fastcgi.backends.php]\naddress = \"unix:{}\"\nextensions = [\".php\"]\n{tern_extra}\n",
         fpm.socket.display()
     );
     let tern = Tern::start(root, "sendfile", &config, &[]);
@@ -285,6 +301,64 @@ fn request_bodies_reach_php() {
     let raw = "POST /echo.php HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n";
     let r = request(addr, raw);
     assert_eq!((r.status, r.header("x-length"), r.body.as_slice()), (200, Some("12"), &b"hello, world"[..]));
+}
+
+/// The most memory the server process has used so far (`VmHWM`), in KiB.
+fn peak_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).expect("VmHWM in /proc/PID/status");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Sends `head` then `body` (as it is: framing is the caller's) and returns
+/// the one response.
+fn upload(addr: std::net::SocketAddr, head: &str, body: &[u8]) -> common::Response {
+    let mut sock = TcpStream::connect(addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    sock.write_all(head.as_bytes()).unwrap();
+    sock.write_all(body).unwrap();
+    let mut out = Vec::new();
+    sock.read_to_end(&mut out).unwrap();
+    parse_responses(&out, &[false]).remove(0)
+}
+
+#[test]
+fn a_50_mib_upload_takes_bounded_memory() {
+    let s = setup(1, "", "");
+    let addr = s.tern.addr;
+    let pid = s.tern.pid();
+    let big = pattern(50 * 1024 * 1024 + 7, 11);
+    let crc = format!("{} {:08x}", big.len(), crc32fast::hash(&big));
+    // Warm up every path first (php-fpm connection, spool file, CGI).
+    let small = &big[..200_000];
+    let head = |path: &str, len: usize| {
+        format!("POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {len}\r\n\r\n")
+    };
+    let r = upload(addr, &head("/hash.php", small.len()), small);
+    assert_eq!(r.body, format!("{} {:08x}", small.len(), crc32fast::hash(small)).into_bytes());
+    assert!(upload(addr, &head("/echo.cgi", small.len()), small).body == small);
+    let before = peak_kib(pid);
+
+    let r = upload(addr, &head("/hash.php", big.len()), &big);
+    assert_eq!((r.status, String::from_utf8_lossy(&r.body)), (200, crc.clone().into()));
+    // Chunked: php needs CONTENT_LENGTH, so the body is spooled whole first.
+    let mut chunked = Vec::with_capacity(big.len() + 1024);
+    for piece in big.chunks(1 << 20) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let chunked_head =
+        "POST /hash.php HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let r = upload(addr, chunked_head, &chunked);
+    assert_eq!((r.status, String::from_utf8_lossy(&r.body)), (200, crc.into()));
+    // CGI takes the same spooled body as its standard input.
+    let r = upload(addr, &head("/echo.cgi", big.len()), &big);
+    assert!(r.status == 200 && r.body == big, "CGI echo: {} bytes, differs", r.body.len());
+
+    let grown = peak_kib(pid).saturating_sub(before);
+    assert!(grown < 16 * 1024, "three 50 MiB uploads raised the server's peak memory by {grown} KiB");
 }
 
 #[test]
@@ -438,6 +512,28 @@ fn recycled_children_and_a_killed_php_fpm() {
     s.fpm.launch();
     let r = get(s.tern.addr, "/hello.php", "");
     assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+}
+
+/// php-fpm reads nothing from its connection while a script runs, so an
+/// `FCGI_ABORT_REQUEST` would wait unread until the script ended; closing
+/// the connection stops the script at its next output (EPIPE). With one
+/// child and a pool of one, the next request is served at once only if the
+/// aborted script was stopped.
+#[test]
+fn a_client_gone_mid_script_frees_the_php_child() {
+    let s = setup(1, "", "max_connections = 1\nqueue_timeout = \"20s\"");
+    let mut sock = TcpStream::connect(s.tern.addr).unwrap();
+    sock.write_all(b"GET /ticks.php HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut first = [0u8; 256];
+    let n = sock.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"), "{:?}", &first[..n]);
+    drop(sock);
+    // The script would tick for 30 s more.
+    let start = Instant::now();
+    let r = get(s.tern.addr, "/hello.php", "");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+    assert!(start.elapsed() < Duration::from_secs(8), "the child was held {:?}", start.elapsed());
 }
 
 /// A listener that accepts and never answers.

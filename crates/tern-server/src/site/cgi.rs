@@ -39,6 +39,7 @@ use crate::error_log::log;
 use crate::privileges;
 use crate::reply::{Framing, Params, Reply};
 use crate::resolve::{ResolveError, Root};
+use crate::spool::Spool;
 use crate::sys;
 
 /// Bytes kept in front of a chunk being read for its size line
@@ -208,7 +209,7 @@ pub struct Launch<'a> {
     /// bytes) and whether it ended in `/`.
     pub rel: &'a [u8],
     pub trailing_slash: bool,
-    pub body: &'a [u8],
+    pub body: Spool,
     pub peer: SocketAddr,
     pub local: SocketAddr,
 }
@@ -262,7 +263,7 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
         filename: program.as_os_str().as_bytes(),
         path_info: &l.rel[name_len..],
         trailing_slash: l.trailing_slash,
-        body_len: (!l.body.is_empty() || req.has_body()).then_some(l.body.len() as u64),
+        body_len: (!l.body.is_empty() || req.has_body()).then_some(l.body.len()),
         peer: l.peer,
         local: l.local,
     };
@@ -276,7 +277,7 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
     // everything it started. (std spawns with posix_spawn here: no fork of
     // the server's address space.)
     cmd.process_group(0);
-    cmd.stdin(body_stdin(l.body)?).stdout(Stdio::piped()).stderr(crate::error_log::for_child());
+    cmd.stdin(body_stdin(&l.body)?).stdout(Stdio::piped()).stderr(crate::error_log::for_child());
     let mut child = sys::with_no_signals_blocked(|| cmd.spawn())?;
     let stdout: OwnedFd = child.stdout.take().expect("stdout was piped").into();
     rustix::io::ioctl_fionbio(&stdout, true)?;
@@ -293,15 +294,22 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
     })
 }
 
-/// The request body as the program's standard input: an in-memory file,
-/// or `/dev/null` when there is none.
-fn body_stdin(body: &[u8]) -> std::io::Result<Stdio> {
+/// The request body as the program's standard input: the temporary file
+/// it was spooled to, else an in-memory file, or `/dev/null` when there is
+/// none.
+fn body_stdin(body: &Spool) -> std::io::Result<Stdio> {
     if body.is_empty() {
         return Ok(Stdio::null());
     }
-    let fd = rustix::fs::memfd_create("tern-cgi-body", rustix::fs::MemfdFlags::CLOEXEC)?;
-    let mut file = std::fs::File::from(fd);
-    file.write_all(body)?;
+    let file = match &body.file {
+        Some(spooled) => spooled.try_clone()?,
+        None => {
+            let fd = rustix::fs::memfd_create("tern-cgi-body", rustix::fs::MemfdFlags::CLOEXEC)?;
+            let mut file = std::fs::File::from(fd);
+            file.write_all(&body.mem)?;
+            file
+        }
+    };
     rustix::fs::seek(&file, rustix::fs::SeekFrom::Start(0))?;
     Ok(Stdio::from(file))
 }

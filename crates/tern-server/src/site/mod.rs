@@ -17,6 +17,7 @@ use crate::config::{Config, Level};
 use crate::error_log::log;
 use crate::reply::Reply;
 use crate::resolve::Root;
+use crate::spool::Spool;
 use crate::worker::Worker;
 use backend::Job;
 
@@ -62,11 +63,12 @@ impl Site {
         })
     }
 
-    /// Answers `req` (whose body, if any, is `body`) into `reply`.
+    /// Answers `req` (whose body, if any, is `body`: a backend takes it)
+    /// into `reply`.
     pub fn respond(
         &self,
         req: &Request<'_>,
-        body: &[u8],
+        body: &mut Spool,
         peers: Peers,
         reply: &mut Reply<'_>,
         w: &mut Worker<'_>,
@@ -103,7 +105,8 @@ impl Site {
                     route,
                     rel: &w.path,
                     trailing_slash: norm.trailing_slash,
-                    body,
+                    body: body.take(),
+                    window: w.config.limits.body_buffer.usize(),
                     peer: peers.peer,
                     local: peers.local,
                 };
@@ -135,7 +138,7 @@ impl Site {
                     script,
                     rel: &w.path,
                     trailing_slash: norm.trailing_slash,
-                    body,
+                    body: body.take(),
                     peer: peers.peer,
                     local: peers.local,
                 };

@@ -4,8 +4,10 @@
 //! response parser as it arrives; `STDERR` goes to the error log;
 //! `END_REQUEST` ends the response.
 
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use tern_http::Request;
 
 use super::backends::Backend;
 use super::pool::{Checkout, Grant, Ticket};
-use super::proto::{Decoder, Event, ID, REQUEST_COMPLETE};
+use super::proto::{self, Decoder, Event, ID, MAX_CONTENT, REQUEST_COMPLETE, STDIN};
 use crate::body::OutQueue;
 use crate::config::Level;
 use crate::error_log::log;
@@ -34,6 +36,57 @@ enum Stage {
     Ended,
 }
 
+/// A request body spooled to a file, sent to `STDIN` a window at a time
+/// after the records: never more than the window in memory, and the next
+/// window is read only once the backend took the last one.
+pub struct Upload {
+    file: File,
+    len: u64,
+    /// Where the next window starts in the file.
+    pos: u64,
+    /// The window's records, and how much of them was written.
+    chunk: Vec<u8>,
+    sent: usize,
+    window: usize,
+}
+
+impl Upload {
+    pub fn new(file: File, len: u64, window: usize) -> Upload {
+        Upload { file, len, pos: 0, chunk: Vec::new(), sent: 0, window: window.clamp(1, MAX_CONTENT) }
+    }
+
+    /// Whether every record (the closing empty one included) was written.
+    fn done(&self) -> bool {
+        self.pos == self.len && self.sent == self.chunk.len() && !self.chunk.is_empty()
+    }
+
+    /// The bytes to write next, reading the next window when the last one
+    /// is out.
+    fn pending(&mut self) -> io::Result<&[u8]> {
+        if self.sent == self.chunk.len() && self.pos < self.len {
+            let n = (self.len - self.pos).min(self.window as u64) as usize;
+            self.chunk.clear();
+            self.sent = 0;
+            proto::header(&mut self.chunk, STDIN, ID, n);
+            let at = self.chunk.len();
+            self.chunk.resize(at + n, 0);
+            self.file.read_exact_at(&mut self.chunk[at..], self.pos)?;
+            self.pos += n as u64;
+            if self.pos == self.len {
+                proto::end_stream(&mut self.chunk, STDIN, ID);
+            }
+        }
+        Ok(&self.chunk[self.sent..])
+    }
+
+    /// From the start again (the request is retried on a new connection).
+    fn rewind(&mut self) {
+        self.pos = 0;
+        self.chunk.clear();
+        self.sent = 0;
+    }
+}
+
 pub struct Exchange {
     backend: Arc<Backend>,
     stage: Stage,
@@ -47,6 +100,8 @@ pub struct Exchange {
     /// The request's records, and how many bytes of them were written.
     records: Vec<u8>,
     sent: usize,
+    /// A spooled body, written after `records`.
+    upload: Option<Upload>,
     input: Vec<u8>,
     decoder: Decoder,
     pub response: Response,
@@ -65,7 +120,12 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    pub fn start(backend: Arc<Backend>, req: &Request<'_>, records: Vec<u8>) -> Result<Exchange, u16> {
+    pub fn start(
+        backend: Arc<Backend>,
+        req: &Request<'_>,
+        records: Vec<u8>,
+        upload: Option<Upload>,
+    ) -> Result<Exchange, u16> {
         let checkout = backend.pool.checkout();
         let mut x = Exchange {
             backend,
@@ -76,6 +136,7 @@ impl Exchange {
             retried: false,
             records,
             sent: 0,
+            upload,
             input: Vec::new(),
             decoder: Decoder::new(ID),
             response: Response::new(req, false),
@@ -156,7 +217,7 @@ impl Exchange {
         match self.stage {
             Stage::Queued(_) => self.may_read,
             Stage::Connecting => self.may_write,
-            Stage::Talking => self.may_read || (self.may_write && self.sent < self.records.len()),
+            Stage::Talking => self.may_read || (self.may_write && self.writing()),
             Stage::Ended => false,
         }
     }
@@ -232,9 +293,22 @@ impl Exchange {
 
     fn talk(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize, w: &Worker<'_>) -> Pump {
         let fd = self.link.as_ref().expect("talking without a socket");
-        if self.may_write && self.sent < self.records.len() {
-            match rustix::net::send(fd, &self.records[self.sent..], rustix::net::SendFlags::NOSIGNAL) {
-                Ok(n) => self.sent += n,
+        if self.may_write && self.writing() {
+            let pending = match &mut self.upload {
+                Some(up) if self.sent == self.records.len() => match up.pending() {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        log!(Level::Error, "cannot read a spooled request body: {e}");
+                        return Pump::Fail(500);
+                    }
+                },
+                _ => &self.records[self.sent..],
+            };
+            match rustix::net::send(fd, pending, rustix::net::SendFlags::NOSIGNAL) {
+                Ok(n) => match &mut self.upload {
+                    Some(up) if self.sent == self.records.len() => up.sent += n,
+                    _ => self.sent += n,
+                },
                 Err(rustix::io::Errno::AGAIN) => self.may_write = false,
                 Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return self.broken(w, &io::Error::from(e)),
@@ -320,6 +394,9 @@ impl Exchange {
             self.retried = true;
             self.backend.pool.stats.retried.fetch_add(1, Relaxed);
             self.sent = 0;
+            if let Some(up) = &mut self.upload {
+                up.rewind();
+            }
             self.input.clear();
             self.decoder = Decoder::new(ID);
             if let Err(status) = self.open() {
@@ -339,6 +416,11 @@ impl Exchange {
             return self.response.abandon();
         }
         Pump::Fail(502)
+    }
+
+    /// Whether request bytes remain to be written.
+    fn writing(&self) -> bool {
+        self.sent < self.records.len() || self.upload.as_ref().is_some_and(|up| !up.done())
     }
 
     /// The status to answer when the current wait has lasted too long:

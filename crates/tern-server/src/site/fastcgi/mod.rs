@@ -10,6 +10,7 @@ pub mod proto;
 use tern_http::Request;
 
 use super::cgi::{self, Meta};
+use crate::spool::Spool;
 pub use backends::{Route, Settings};
 use exchange::Exchange;
 use proto::ID;
@@ -19,13 +20,17 @@ pub struct Launch<'a> {
     pub route: Route,
     pub rel: &'a [u8],
     pub trailing_slash: bool,
-    pub body: &'a [u8],
+    pub body: Spool,
+    /// The most of a spooled body held in memory at once
+    /// (`limits.body_buffer`).
+    pub window: usize,
     pub peer: std::net::SocketAddr,
     pub local: std::net::SocketAddr,
 }
 
-/// Encodes the request's records and takes a connection (or a place in
-/// the queue). `Err`: the status to answer at once.
+/// Encodes the request's records (with a body held in memory; a spooled
+/// one follows from its file a window at a time) and takes a connection (or
+/// a place in the queue). `Err`: the status to answer at once.
 pub fn start(req: &Request<'_>, l: Launch<'_>) -> Result<Exchange, u16> {
     let backend = l.route.backend;
     let script = &l.rel[..l.route.script_len];
@@ -39,16 +44,24 @@ pub fn start(req: &Request<'_>, l: Launch<'_>) -> Result<Exchange, u16> {
         filename: &filename,
         path_info: &l.rel[l.route.script_len..],
         trailing_slash: l.trailing_slash,
-        body_len: Some(l.body.len() as u64).filter(|&n| n > 0 || req.has_body()),
+        body_len: Some(l.body.len()).filter(|&n| n > 0 || req.has_body()),
         peer: l.peer,
         local: l.local,
     };
-    let mut records = Vec::with_capacity(1024 + l.body.len() + l.body.len() / 0xffff * 8);
+    let inline = &l.body.mem;
+    let mut records = Vec::with_capacity(1024 + inline.len() + inline.len() / 0xffff * 8);
     proto::begin_request(&mut records, ID, backend.keep_conn);
     let mut params = proto::Params::new(&mut records, ID);
     cgi::meta_variables(req, &meta, &mut |k, v| params.pair(k, v));
     params.finish();
-    proto::stream(&mut records, proto::STDIN, ID, l.body);
-    proto::end_stream(&mut records, proto::STDIN, ID);
-    Exchange::start(backend, req, records)
+    let len = l.body.len();
+    let upload = match l.body.file {
+        Some(file) => Some(exchange::Upload::new(file, len, l.window)),
+        None => {
+            proto::stream(&mut records, proto::STDIN, ID, inline);
+            proto::end_stream(&mut records, proto::STDIN, ID);
+            None
+        }
+    };
+    Exchange::start(backend, req, records, upload)
 }

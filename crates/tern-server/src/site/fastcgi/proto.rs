@@ -17,13 +17,15 @@ pub const ID: u16 = 1;
 const VERSION: u8 = 1;
 const HEADER_LEN: usize = 8;
 /// The largest content one record carries.
-const MAX_CONTENT: usize = 0xffff;
+pub const MAX_CONTENT: usize = 0xffff;
 const ROLE_RESPONDER: u16 = 1;
 const FLAG_KEEP_CONN: u8 = 1;
 /// `protocolStatus` of an `END_REQUEST` that completed the request.
 pub const REQUEST_COMPLETE: u8 = 0;
 
-fn header(buf: &mut Vec<u8>, kind: u8, id: u16, len: usize) {
+/// A record's header, for content of `len` bytes (at most 65,535) that the
+/// caller appends.
+pub fn header(buf: &mut Vec<u8>, kind: u8, id: u16, len: usize) {
     debug_assert!(len <= MAX_CONTENT);
     let [ih, il] = id.to_be_bytes();
     let [lh, ll] = (len as u16).to_be_bytes();
