@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tern_http::Request;
 
 use super::backends::Backend;
-use super::pool::{Checkout, Grant, Ticket};
+use super::pool::{Checkout, Grant, Link, Ticket};
 use super::proto::{self, Decoder, Event, ID, MAX_CONTENT, REQUEST_COMPLETE, STDIN};
 use crate::body::OutQueue;
 use crate::config::Level;
@@ -149,7 +149,7 @@ impl Exchange {
             request_line: req.request_line.to_string(),
         };
         match checkout {
-            Ok(Checkout::Idle(fd)) => x.adopt(fd),
+            Ok(Checkout::Idle(link)) => x.adopt(link),
             Ok(Checkout::Connect) => {
                 x.placed = true;
                 x.open()?;
@@ -163,10 +163,11 @@ impl Exchange {
         Ok(x)
     }
 
-    /// Starts talking on a kept-alive connection.
-    fn adopt(&mut self, fd: OwnedFd) {
+    /// Starts talking on a kept-alive connection (reading into its buffer).
+    fn adopt(&mut self, link: Link) {
         self.backend.pool.stats.reused.fetch_add(1, Relaxed);
-        self.link = Some(fd);
+        self.link = Some(link.fd);
+        self.input = link.buf;
         self.placed = true;
         self.reused = true;
         self.stage = Stage::Talking;
@@ -242,7 +243,7 @@ impl Exchange {
                 // The ticket (and its eventfd, and so its watch) ends here.
                 self.stage = Stage::Talking;
                 match grant {
-                    Grant::Idle(fd) => self.adopt(fd),
+                    Grant::Idle(link) => self.adopt(link),
                     Grant::Permit => {
                         self.placed = true;
                         if let Err(status) = self.open() {
@@ -375,7 +376,7 @@ impl Exchange {
                     self.stage = Stage::Ended;
                     self.reusable =
                         self.backend.keep_conn && protocol_status == REQUEST_COMPLETE && pos == self.input.len();
-                    self.input = Vec::new();
+                    self.input.clear();
                     return self.response.end(out);
                 }
             }
@@ -460,7 +461,8 @@ impl Exchange {
             if let Some(fd) = self.link.take() {
                 let _ = w.watcher.unwatch(fd.as_fd());
                 self.placed = false;
-                self.backend.pool.put_back(fd);
+                let buf = std::mem::take(&mut self.input);
+                self.backend.pool.put_back(Link { fd, buf });
             }
         }
     }

@@ -18,10 +18,17 @@ use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::config::FastCgiAddress;
 
+/// A kept-alive connection and the buffer its replies are read into,
+/// which stays with it so an exchange on it allocates none.
+pub struct Link {
+    pub fd: OwnedFd,
+    pub buf: Vec<u8>,
+}
+
 /// What a freed place in the pool becomes for a waiting request.
 pub enum Grant {
     /// A kept-alive connection.
-    Idle(OwnedFd),
+    Idle(Link),
     /// Room to open a new one.
     Permit,
 }
@@ -46,7 +53,7 @@ impl Ticket {
 
 /// What [`Pool::checkout`] found.
 pub enum Checkout {
-    Idle(OwnedFd),
+    Idle(Link),
     /// A place is reserved: open a connection ([`Pool::connect`]).
     Connect,
     Wait(Arc<Ticket>),
@@ -70,7 +77,7 @@ pub struct Stats {
 
 #[derive(Default)]
 struct State {
-    idle: Vec<OwnedFd>,
+    idle: Vec<Link>,
     /// Connections open or being opened (idle ones included).
     open: usize,
     waiting: VecDeque<Arc<Ticket>>,
@@ -102,8 +109,8 @@ impl Pool {
     /// An idle connection, a place to open one, or a place in the queue.
     pub fn checkout(&self) -> io::Result<Checkout> {
         let mut s = self.state();
-        if let Some(fd) = s.idle.pop() {
-            return Ok(Checkout::Idle(fd));
+        if let Some(link) = s.idle.pop() {
+            return Ok(Checkout::Idle(link));
         }
         if s.open < self.cap {
             s.open += 1;
@@ -118,11 +125,11 @@ impl Pool {
 
     /// A connection that stays usable: to the first waiting request, else
     /// idle.
-    pub fn put_back(&self, fd: OwnedFd) {
+    pub fn put_back(&self, link: Link) {
         let mut s = self.state();
         match s.waiting.pop_front() {
-            Some(t) => hand(&t, Grant::Idle(fd)),
-            None => s.idle.push(fd),
+            Some(t) => hand(&t, Grant::Idle(link)),
+            None => s.idle.push(link),
         }
     }
 
@@ -143,7 +150,7 @@ impl Pool {
         s.waiting.retain(|t| !Arc::ptr_eq(t, ticket));
         drop(s);
         match ticket.take() {
-            Some(Grant::Idle(fd)) => self.put_back(fd),
+            Some(Grant::Idle(link)) => self.put_back(link),
             Some(Grant::Permit) => self.release(),
             None => {}
         }
@@ -210,7 +217,7 @@ mod tests {
 
         // A kept-alive connection goes to the first waiter, woken.
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        p.put_back(OwnedFd::from(a));
+        p.put_back(Link { fd: OwnedFd::from(a), buf: Vec::new() });
         assert!(readable(first.fd()));
         assert!(matches!(first.take(), Some(Grant::Idle(_))));
         assert!(!readable(second.fd()));
