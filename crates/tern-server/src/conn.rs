@@ -548,6 +548,9 @@ impl Conn {
                 stored = spool.push(data, window);
             }
         });
+        if let (Ok((_, true)), Ok(())) = (&fed, &stored) {
+            stored = self.spool.finish();
+        }
         match (fed, stored) {
             (Ok((n, done)), Ok(())) => {
                 self.rbuf.drain(start..start + n);

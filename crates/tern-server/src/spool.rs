@@ -12,30 +12,52 @@ use std::io::{self, Write};
 /// a backend gets it.
 #[derive(Default)]
 pub struct Spool {
-    /// The body while it fits the window (empty once it spilled).
+    /// The body while it fits the window; once it outgrew it, the bytes
+    /// not yet written to `file` (written a window at a time).
     pub mem: Vec<u8>,
-    /// The whole body once it outgrew the window.
+    /// The body once it outgrew the window (all of it after
+    /// [`Spool::finish`]).
     pub file: Option<File>,
     len: u64,
 }
 
 impl Spool {
-    /// Appends decoded body bytes.
-    pub fn push(&mut self, data: &[u8], window: usize) -> io::Result<()> {
+    /// Appends decoded body bytes: gathered in memory, and written to the
+    /// temporary file a full window at a time (one `write` per window,
+    /// whatever size the reads off the socket were).
+    pub fn push(&mut self, mut data: &[u8], window: usize) -> io::Result<()> {
         self.len += data.len() as u64;
-        if let Some(file) = &mut self.file {
-            return file.write_all(data);
+        loop {
+            let n = window.saturating_sub(self.mem.len()).min(data.len());
+            self.mem.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            if data.is_empty() {
+                return Ok(());
+            }
+            self.spill()?;
         }
-        if self.mem.len() + data.len() <= window {
-            self.mem.extend_from_slice(data);
-            return Ok(());
+    }
+
+    /// The body is complete: a spilled body's last bytes join the file, so
+    /// a backend finds it whole either in `mem` or in `file`.
+    pub fn finish(&mut self) -> io::Result<()> {
+        if self.file.is_some() && !self.mem.is_empty() {
+            self.spill()?;
         }
-        // O_TMPFILE where the file system has it: nothing to clean up.
-        let mut file = tempfile::tempfile()?;
+        if self.file.is_some() {
+            self.mem = Vec::new();
+        }
+        Ok(())
+    }
+
+    fn spill(&mut self) -> io::Result<()> {
+        let file = match &mut self.file {
+            Some(file) => file,
+            // O_TMPFILE where the file system has it: nothing to clean up.
+            None => self.file.insert(tempfile::tempfile()?),
+        };
         file.write_all(&self.mem)?;
-        file.write_all(data)?;
-        self.mem = Vec::new();
-        self.file = Some(file);
+        self.mem.clear();
         Ok(())
     }
 
@@ -65,12 +87,15 @@ mod tests {
         s.push(b"efgh", 8).unwrap();
         assert_eq!((s.mem.as_slice(), s.file.is_none(), s.len()), (b"abcdefgh".as_slice(), true, 8));
         s.push(b"ij", 8).unwrap();
-        s.push(b"kl", 8).unwrap();
+        s.push(b"klmnopqrs", 8).unwrap();
+        // A window went to the file; the rest waits for a full one.
+        assert_eq!((s.mem.as_slice(), s.len()), (b"qrs".as_slice(), 19));
+        s.finish().unwrap();
         let body = s.take();
         assert!(s.is_empty() && s.file.is_none() && s.mem.is_empty());
-        assert_eq!((body.mem.len(), body.len()), (0, 12));
-        let mut got = [0u8; 12];
+        assert_eq!((body.mem.len(), body.len()), (0, 19));
+        let mut got = [0u8; 19];
         body.file.as_ref().unwrap().read_exact_at(&mut got, 0).unwrap();
-        assert_eq!(&got, b"abcdefghijkl");
+        assert_eq!(&got, b"abcdefghijklmnopqrs");
     }
 }
