@@ -3,17 +3,19 @@
 
 use std::future::Future;
 use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
 use super::proto::agent_client::AgentClient;
-use super::proto::{BenchRequest, Empty, FetchRequest, Need, ProbeRequest};
-use super::{CALL_TIMEOUT, CONNECT_TIMEOUT, KEEPALIVE};
+use super::proto::{BenchRequest, Empty, FetchRequest, Need, PeerPorts, PeerRequest, ProbeRequest};
+use super::{Access, CALL_TIMEOUT, CONNECT_TIMEOUT, KEEPALIVE};
 use crate::probe::stopwatch::{now_ns, Interval};
+use crate::probe::suites::net::PeerAddrs;
 use crate::probe::ProbeReport;
 
 /// Puts the token on every call.
@@ -47,27 +49,52 @@ fn failed(name: &str, what: &str, status: &Status) -> io::Error {
         tonic::Code::Unauthenticated => format!("refused: {}", status.message()),
         tonic::Code::Unavailable => format!("unreachable or gone ({})", status.message()),
         tonic::Code::DeadlineExceeded => "no answer before the deadline".to_string(),
-        _ => status.message().to_string(),
+        _ => match std::error::Error::source(status) {
+            Some(cause) => format!("{}: {}", status.message(), causes(cause)),
+            None => status.message().to_string(),
+        },
     };
     io::Error::new(kind, format!("agent {name}: {what}: {why}"))
 }
 
+/// An error and its causes, outermost first, without repeats (the rustls
+/// reason for a refused certificate is a few levels down).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
+}
+
 impl Agent {
-    /// Connects to the agent at `addr` (HOST:PORT) with `token`.
-    pub fn connect(addr: &str, token: &str) -> io::Result<Agent> {
+    /// Connects to the agent at `addr` (HOST:PORT): over TLS, verified
+    /// against `access.ca_pem`, when that is given, else in plain HTTP/2.
+    pub fn connect(addr: &str, access: &Access) -> io::Result<Agent> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let scheme = if access.ca_pem.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("agent {addr}: bad address: {e}")))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE)
             .keep_alive_timeout(KEEPALIVE)
             .keep_alive_while_idle(true);
+        if let Some(ca) = &access.ca_pem {
+            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca));
+            endpoint = endpoint.tls_config(tls).map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("agent {addr}: TLS: {}", causes(&e)))
+            })?;
+        }
         let channel = rt.block_on(endpoint.connect()).map_err(|e| {
-            let cause = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_else(|| e.to_string());
-            io::Error::new(io::ErrorKind::ConnectionRefused, format!("agent {addr}: cannot connect: {cause}"))
+            io::Error::new(io::ErrorKind::ConnectionRefused, format!("agent {addr}: cannot connect: {}", causes(&e)))
         })?;
-        let bearer: MetadataValue<_> = format!("Bearer {token}")
+        let bearer: MetadataValue<_> = format!("Bearer {}", access.token)
             .parse()
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "the token is not valid in a header"))?;
         let auth = Auth(bearer);
@@ -75,7 +102,16 @@ impl Agent {
         let client = AgentClient::with_interceptor(channel, auth)
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
-        Ok(Agent { name: addr.to_string(), rt, client })
+        let mut agent = Agent { name: addr.to_string(), rt, client };
+        // A first call checks the token; and an agent that speaks TLS,
+        // called in plaintext, fails here, where the reason can be guessed.
+        agent.null().map_err(|e| match access.ca_pem {
+            None if e.kind() != io::ErrorKind::PermissionDenied => {
+                io::Error::new(e.kind(), format!("{e} (if the agent uses TLS, give --agent-ca)"))
+            }
+            _ => e,
+        })?;
+        Ok(agent)
     }
 
     /// Runs `call` with a deadline: sent to the agent (grpc-timeout) and
@@ -189,6 +225,41 @@ impl Agent {
         Ok(report)
     }
 
+    /// Asks the agent for a net suite peer living at most `lifetime`, and
+    /// keeps the call open until `stop` fires or the agent ends it; `ready`
+    /// gets the peer's ports first. The call is the peer's lifeline: the
+    /// agent stops the peer when it ends, whichever side ends it.
+    fn hold_peer(
+        &mut self,
+        lifetime: Duration,
+        ready: std::sync::mpsc::Sender<io::Result<PeerPorts>>,
+        stop: tokio::sync::oneshot::Receiver<()>,
+    ) {
+        let mut c = self.client.clone();
+        let req = Self::request(PeerRequest { seconds: lifetime.as_secs() as u32 }, lifetime + super::SLACK);
+        let started = self.within(CALL_TIMEOUT, "start the net peer", async move {
+            let mut replies = c.peer(req).await?.into_inner();
+            let ports = replies.message().await?.ok_or_else(|| Status::data_loss("no ports in the reply"))?;
+            Ok((ports, replies))
+        });
+        let mut replies = match started {
+            Ok((ports, replies)) => {
+                let _ = ready.send(Ok(ports));
+                replies
+            }
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        self.rt.block_on(async move {
+            tokio::select! {
+                _ = stop => {}
+                _ = async { while let Ok(Some(_)) = replies.message().await {} } => {}
+            }
+        });
+    }
+
     /// Runs `tern bench ARGS` on the agent, starting at `start_unix_ns`; the
     /// report's JSON comes back. `expected` is how long the run should take.
     pub fn bench(&mut self, args: Vec<String>, start_unix_ns: u64, expected: Duration) -> io::Result<String> {
@@ -199,5 +270,64 @@ impl Agent {
             .within(deadline, "load run", async move { c.bench(Self::request(req, deadline)).await })?
             .into_inner()
             .json)
+    }
+}
+
+/// A net suite peer running on an agent, stopped when dropped. Its call
+/// runs on a thread of its own, so the connection keeps answering the
+/// agent's keep-alive pings while the master measures.
+pub struct PeerLease {
+    pub addrs: PeerAddrs,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PeerLease {
+    /// Starts a peer on the agent at `addr` for at most `lifetime`; it listens
+    /// on the agent's address, reached here by the address `addr` names.
+    pub fn start(addr: &str, access: &Access, lifetime: Duration) -> io::Result<PeerLease> {
+        let ip = addr
+            .to_socket_addrs()
+            .map_err(|e| io::Error::new(e.kind(), format!("agent {addr}: cannot resolve: {e}")))?
+            .next()
+            .ok_or_else(|| io::Error::other(format!("agent {addr}: no address")))?
+            .ip();
+        let mut agent = Agent::connect(addr, access)?;
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("tern-peer-lease".into())
+            .spawn(move || agent.hold_peer(lifetime, ready_tx, stopped))?;
+        let ports =
+            ready_rx.recv().unwrap_or_else(|_| Err(io::Error::other(format!("agent {addr}: the peer call ended"))));
+        let ports = match ports {
+            Ok(ports) => ports,
+            Err(e) => {
+                // The thread reported its failure and returned.
+                let _ = thread.join();
+                return Err(e);
+            }
+        };
+        let at = |port: u32| SocketAddr::new(ip, port as u16);
+        Ok(PeerLease {
+            addrs: PeerAddrs {
+                tcp_echo: at(ports.tcp_echo),
+                udp_echo: at(ports.udp_echo),
+                tcp_source: at(ports.tcp_source),
+            },
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for PeerLease {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

@@ -71,28 +71,30 @@ fn invalid(agent: &str, what: &str) -> io::Error {
 
 /// Orders every agent to run `tern bench ARGS` at one start time, waits for
 /// all (each call with a deadline of `expected` plus slack), and merges.
-/// Any agent failing fails the run, naming it.
+/// The first agent to fail fails the run at once, naming it: a partial total
+/// would pass for a whole one, and the user learns of a dead agent without
+/// waiting for the others' runs to end (they end on their own).
 pub fn run(agents: Vec<Agent>, args: &[String], expected: Duration) -> io::Result<DistributedReport> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let start_unix_ns = (now + START_DELAY).as_nanos() as u64;
-    let results: Vec<(String, io::Result<String>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = agents
-            .into_iter()
-            .map(|mut agent| {
-                let args = args.to_vec();
-                s.spawn(move || {
-                    let json = agent.bench(args, start_unix_ns, expected + START_DELAY);
-                    (agent.name, json)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("agent threads do not panic")).collect()
-    });
+    let names: Vec<String> = agents.iter().map(|a| a.name.clone()).collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (i, mut agent) in agents.into_iter().enumerate() {
+        let (tx, args) = (tx.clone(), args.to_vec());
+        std::thread::Builder::new().name(format!("tern-agent-{i}")).spawn(move || {
+            let _ = tx.send((i, agent.bench(args, start_unix_ns, expected + START_DELAY)));
+        })?;
+    }
+    drop(tx);
+    let mut jsons: Vec<Option<String>> = vec![None; names.len()];
+    for (i, json) in rx {
+        jsons[i] = Some(json?);
+    }
     let mut merged = new_histogram();
     let mut runs = Vec::new();
     let (mut errors, mut rate) = (0, 0.0);
-    for (agent, json) in results {
-        let json = json?;
+    for (agent, json) in names.into_iter().zip(jsons) {
+        let json = json.ok_or_else(|| io::Error::other(format!("agent {agent}: load run: no result")))?;
         let report: Value = serde_json::from_str(&json)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("agent {agent}: bad report: {e}")))?;
         let h =

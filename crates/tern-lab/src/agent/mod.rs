@@ -3,7 +3,8 @@
 //! host, and nothing else.
 //!
 //! - [`server`]: the agent. Every call must carry the shared token
-//!   (`authorization: Bearer TOKEN`); anything else is refused.
+//!   (`authorization: Bearer TOKEN`); anything else is refused. Given a
+//!   certificate pair it speaks TLS only (rustls).
 //! - [`client`]: the master's side, synchronous, with a deadline on every
 //!   call and errors that name the agent.
 //! - [`distributed`]: `tern bench --agent A --agent B`: the same load from
@@ -45,6 +46,40 @@ pub fn read_token(path: &std::path::Path) -> std::io::Result<String> {
         ));
     }
     Ok(token)
+}
+
+/// How the master reaches its agents.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// The shared token, sent on every call.
+    pub token: String,
+    /// PEM of the CA that signed the agents' certificates. With it the master
+    /// speaks TLS only and refuses an agent whose certificate it did not sign.
+    pub ca_pem: Option<String>,
+}
+
+impl Access {
+    /// The token from `token_file` and, when given, the CA from `ca_file`.
+    pub fn read(token_file: &std::path::Path, ca_file: Option<&std::path::Path>) -> std::io::Result<Access> {
+        Ok(Access {
+            token: read_token(token_file)?,
+            ca_pem: ca_file.map(|f| read_pem(f, "CA certificate")).transpose()?,
+        })
+    }
+}
+
+/// Reads a PEM file (`what` names it in errors); one without a PEM block
+/// is refused here rather than by a handshake later.
+pub fn read_pem(path: &std::path::Path, what: &str) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read the {what} {}: {e}", path.display())))?;
+    if !text.contains("-----BEGIN ") {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the {what} {} is not PEM (no -----BEGIN line)", path.display()),
+        ));
+    }
+    Ok(text)
 }
 
 /// What a load run on an agent does: parse `tern bench` arguments and run

@@ -1,7 +1,8 @@
-//! The agent: serves null calls, fetches, lazy callbacks, built-in probes and
-//! load runs to callers that present the token.
+//! The agent: serves null calls, fetches, lazy callbacks, built-in probes,
+//! the net suite's peer and load runs to callers that present the token;
+//! over TLS only when it has a certificate pair.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -10,15 +11,22 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::agent_server::{Agent, AgentServer};
-use super::proto::{BenchRequest, Bytes, Empty, FetchRequest, Json, Need, ProbeRequest};
+use super::proto::{BenchRequest, Bytes, Empty, FetchRequest, Json, Need, PeerPorts, PeerRequest, ProbeRequest};
 use super::BenchRunner;
+use crate::probe::suites::net::Peer;
 use crate::probe::{self, Options, Suite};
 
 /// Largest fetch or piece served: bigger ones would only measure memory.
 pub const MAX_TRANSFER: u64 = 64 << 20;
 
+/// The longest a net suite's peer lives, whatever the caller asks.
+pub const MAX_PEER_LIFETIME: Duration = Duration::from_secs(600);
+
 struct Service {
     runner: BenchRunner,
+    /// The address the agent listens on: its peers listen there too, so a
+    /// master that reaches the agent reaches them by the same route.
+    ip: IpAddr,
 }
 
 fn bytes(size: u64) -> Result<Bytes, Status> {
@@ -84,6 +92,36 @@ impl Agent for Service {
             .map_err(Status::failed_precondition)?;
         Ok(Response::new(Json { json }))
     }
+
+    type PeerStream = tokio_stream::wrappers::ReceiverStream<Result<PeerPorts, Status>>;
+
+    async fn peer(&self, req: Request<PeerRequest>) -> Result<Response<Self::PeerStream>, Status> {
+        let lifetime = Duration::from_secs(req.into_inner().seconds.into()).min(MAX_PEER_LIFETIME);
+        let ip = self.ip;
+        let peer = tokio::task::spawn_blocking(move || Peer::start(ip))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(format!("cannot start the peer: {e}")))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let a = peer.addrs;
+        let ports = PeerPorts {
+            tcp_echo: a.tcp_echo.port().into(),
+            udp_echo: a.udp_echo.port().into(),
+            tcp_source: a.tcp_source.port().into(),
+        };
+        tx.send(Ok(ports)).await.map_err(|_| Status::cancelled("the caller left"))?;
+        // The peer lives until the caller ends the call (its stream is
+        // dropped) or the lifetime is up; then it stops (which joins threads,
+        // so off the runtime's threads) and the stream ends.
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tx.closed() => {}
+                _ = tokio::time::sleep(lifetime) => {}
+            }
+            let _ = tokio::task::spawn_blocking(move || drop(peer)).await;
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
 }
 
 /// Refuses calls without the token ("Bearer TOKEN").
@@ -111,29 +149,49 @@ fn accepted(listener: tokio::net::TcpListener) -> impl Stream<Item = std::io::Re
 }
 
 /// The service with its limits and the token check in front.
-fn service(runner: BenchRunner, token: String) -> InterceptedService<AgentServer<Service>, TokenCheck> {
+fn service(runner: BenchRunner, token: String, ip: IpAddr) -> InterceptedService<AgentServer<Service>, TokenCheck> {
     let limit = MAX_TRANSFER as usize + 1024;
-    let server = AgentServer::new(Service { runner }).max_decoding_message_size(limit).max_encoding_message_size(limit);
+    let server =
+        AgentServer::new(Service { runner, ip }).max_decoding_message_size(limit).max_encoding_message_size(limit);
     InterceptedService::new(server, TokenCheck(format!("Bearer {token}")))
 }
 
-/// Runs the agent on `listener` until the process ends; `ready` is called
-/// with the bound address once it accepts calls.
+/// The agent's certificate and private key (PEM).
+pub struct TlsPair {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// Runs the agent on `addr` until the process ends, over TLS only when
+/// `tls` is given; `ready` is called with the bound address once it accepts
+/// calls.
 pub fn serve(
     addr: SocketAddr,
     token: String,
+    tls: Option<TlsPair>,
     runner: BenchRunner,
     ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(super::KEEPALIVE))
+        .http2_keepalive_timeout(Some(super::KEEPALIVE));
+    if let Some(pair) = tls {
+        let identity = tonic::transport::Identity::from_pem(pair.cert_pem, pair.key_pem);
+        // Builds the rustls configuration now: a key that does not match or
+        // does not parse fails the start, not the first handshake.
+        builder = builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity)).map_err(|e| {
+            let why = std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_else(|| e.to_string());
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("the certificate pair is not usable: {why}"))
+        })?;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr).await?;
-        ready(listener.local_addr()?);
+        let bound = listener.local_addr()?;
+        ready(bound);
         let incoming = accepted(listener);
-        tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(super::KEEPALIVE))
-            .http2_keepalive_timeout(Some(super::KEEPALIVE))
-            .add_service(service(runner, token))
+        builder
+            .add_service(service(runner, token, bound.ip()))
             .serve_with_incoming(incoming)
             .await
             .map_err(std::io::Error::other)
@@ -156,7 +214,7 @@ impl LocalAgent {
         let addr = std_listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let runner: BenchRunner = std::sync::Arc::new(|_| Err("no load runs on a local agent".into()));
-        let service = service(runner, token.to_string());
+        let service = service(runner, token.to_string(), addr.ip());
         let thread = std::thread::Builder::new().name("tern-local-agent".into()).spawn(move || {
             rt.block_on(async move {
                 let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else { return };

@@ -52,7 +52,8 @@ pub struct Options {
     pub commands: Vec<String>,
     /// Draw a progress line on stderr.
     pub progress: bool,
-    /// The agent the rpc suite calls (a local one when `None`).
+    /// The agent the rpc and net suites measure against from here (a local
+    /// agent and loopback peer when `None`).
     pub agent: Option<Remote>,
 }
 
@@ -61,7 +62,7 @@ pub struct Options {
 pub struct Remote {
     /// HOST:PORT.
     pub addr: String,
-    pub token: String,
+    pub access: crate::agent::Access,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -194,22 +195,26 @@ fn run_here(suites: &[Suite], opts: &Options) -> io::Result<ProbeReport> {
     })
 }
 
-/// Runs `suites` for the agent `opts.agent`: the rpc suite from here, timed
-/// here with the null RPC subtracted; every other suite on the agent itself,
-/// its report coming back whole. The report's host is the agent.
+/// Runs `suites` for the agent `opts.agent`: the rpc and net suites from
+/// here, timed here against the agent (null RPC subtracted; the net suite
+/// against a peer the agent starts for it, across the network between the
+/// two); every other suite on the agent itself, its report coming back
+/// whole. The report's host is the agent.
 pub fn run_remote(suites: &[Suite], opts: &Options) -> io::Result<ProbeReport> {
     let remote = opts.agent.as_ref().ok_or_else(|| io::Error::other("no agent given"))?;
-    let on_agent: Vec<String> = suites.iter().filter(|s| **s != Suite::Rpc).map(|s| s.name().to_string()).collect();
+    let from_here = |s: &Suite| matches!(s, Suite::Rpc | Suite::Net);
+    let on_agent: Vec<String> = suites.iter().filter(|s| !from_here(s)).map(|s| s.name().to_string()).collect();
     let mut report = if on_agent.is_empty() {
         let mut here = run(&[], opts)?;
         here.host = remote.addr.clone();
         here
     } else {
-        let mut agent = crate::agent::client::Agent::connect(&remote.addr, &remote.token)?;
+        let mut agent = crate::agent::client::Agent::connect(&remote.addr, &remote.access)?;
         agent.probe(&on_agent, opts.samples, opts.interval, opts.quick)?
     };
-    if suites.contains(&Suite::Rpc) {
-        let here = run(&[Suite::Rpc], opts)?;
+    let here: Vec<Suite> = suites.iter().copied().filter(from_here).collect();
+    if !here.is_empty() {
+        let here = run(&here, opts)?;
         report.rpc_null_ns = here.rpc_null_ns;
         report.suites.extend(here.suites);
     }

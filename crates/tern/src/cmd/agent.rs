@@ -16,11 +16,15 @@ EXAMPLES:
     tern agent --listen 0.0.0.0:7700 --token-file agent.token
     tern probe --agent host-b:7700 --token-file agent.token syscalls rpc
     tern bench --agent host-b:7700 --agent host-c:7700 --token-file agent.token -c 100 -d 30s http://server/
+  over TLS (the master checks the agent's certificate against its CA):
+    tern agent --listen 0.0.0.0:7700 --token-file agent.token --tls-cert b.pem --tls-key b.key
+    tern probe --agent host-b:7700 --token-file agent.token --agent-ca ca.pem net rpc
 
-The agent runs nothing but tern's built-in probe suites and `tern bench` load,
-for callers presenting the token (gRPC metadata `authorization: Bearer TOKEN`);
-any other call is refused. Its traffic is plain HTTP/2: keep it on a trusted
-network (the token travels in clear).")]
+The agent runs nothing but tern's built-in probe suites, the net suite's peer
+and `tern bench` load, for callers presenting the token (gRPC metadata
+`authorization: Bearer TOKEN`); any other call is refused. Without
+--tls-cert/--tls-key its traffic is plain HTTP/2 and the token travels in
+clear: keep it on a trusted network. With them it speaks TLS only.")]
 pub struct Args {
     /// Address to listen on, IP:PORT (port 0 picks one; it is printed).
     #[arg(long, value_name = "ADDR")]
@@ -28,6 +32,12 @@ pub struct Args {
     /// File whose first line is the shared token.
     #[arg(long, value_name = "FILE")]
     pub token_file: PathBuf,
+    /// The agent's certificate chain (PEM): with --tls-key, serve TLS only.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// `tern bench` arguments as an agent receives them.
@@ -50,8 +60,16 @@ fn run_bench(argv: Vec<String>) -> Result<String, String> {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let token = agent::read_token(&args.token_file)?;
-    agent::server::serve(args.listen, token, Arc::new(run_bench), |addr| {
-        eprintln!("tern agent: listening on {addr}");
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(agent::server::TlsPair {
+            cert_pem: agent::read_pem(cert, "certificate (--tls-cert)")?,
+            key_pem: agent::read_pem(key, "private key (--tls-key)")?,
+        }),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "TLS" } else { "plain HTTP/2" };
+    agent::server::serve(args.listen, token, tls, Arc::new(run_bench), |addr| {
+        eprintln!("tern agent: listening on {addr} ({scheme})");
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -114,6 +114,10 @@ pub struct Args {
     /// The agents' shared token (first line of the file).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the agents' certificates: talk to
+    /// them over TLS only, refusing any other certificate.
+    #[arg(long, value_name = "FILE", requires = "agent")]
+    pub agent_ca: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -174,18 +178,19 @@ pub fn load_run(args: &Args, progress: bool, ctrl_c: bool) -> anyhow::Result<loa
     Ok(load::run(&plan, &opts, &interrupt)?)
 }
 
-/// The command line after `bench`, less the options that concern the master
-/// only (--agent, --token-file): what each agent runs.
+/// The options that concern the master only: not forwarded to agents.
+const MASTER_ONLY: &[&str] = &["--agent", "--token-file", "--agent-ca"];
+
+/// The command line after `bench`, less the master's own options: what each
+/// agent runs.
 fn forwarded_args() -> Vec<String> {
     let mut out = Vec::new();
     let mut args = std::env::args().skip_while(|a| a != "bench").skip(1);
     while let Some(a) = args.next() {
-        match a.as_str() {
-            "--agent" | "--token-file" => {
-                args.next();
-            }
-            _ if a.starts_with("--agent=") || a.starts_with("--token-file=") => {}
-            _ => out.push(a),
+        if MASTER_ONLY.contains(&a.as_str()) {
+            args.next();
+        } else if !MASTER_ONLY.iter().any(|o| a.strip_prefix(o).is_some_and(|rest| rest.starts_with('='))) {
+            out.push(a);
         }
     }
     out
@@ -195,9 +200,12 @@ fn forwarded_args() -> Vec<String> {
 /// start time, the histograms merged exactly.
 fn distributed(args: &Args) -> anyhow::Result<ExitCode> {
     let token_file = args.token_file.as_ref().context("--agent needs --token-file")?;
-    let token = tern_lab::agent::read_token(token_file)?;
-    let agents =
-        args.agent.iter().map(|a| tern_lab::agent::client::Agent::connect(a, &token)).collect::<Result<Vec<_>, _>>()?;
+    let access = tern_lab::agent::Access::read(token_file, args.agent_ca.as_deref())?;
+    let agents = args
+        .agent
+        .iter()
+        .map(|a| tern_lab::agent::client::Agent::connect(a, &access))
+        .collect::<Result<Vec<_>, _>>()?;
     let expected = args.warmup
         + match (args.requests, args.duration) {
             (Some(_), _) => Duration::from_secs(300),

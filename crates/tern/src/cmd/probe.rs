@@ -14,7 +14,10 @@ Suites: syscalls, processes, commands, disk, ipc, net, rpc, files (all by defaul
 With --agent HOST:PORT (repeatable) the suites run on each agent and the
 reports come back (JSON: an array, one per agent); the rpc suite is timed from
 here against the agent, with the null-RPC time (measured at the start and the
-end) subtracted from its transfers and reported.
+end) subtracted from its transfers and reported, and the net suite runs from
+here against a peer the agent starts on its address for the run. An agent
+that fails is named; the others' reports are still printed (exit status 2).
+--agent-ca CA.pem: the agents speak TLS with certificates that CA signed.
 
 Examples:
   tern probe                          every suite on this machine
@@ -23,6 +26,7 @@ Examples:
   tern probe commands -x 'gzip -c /etc/services' -x 'python3 -c pass'
   tern probe all --quick --json > host.json
   tern probe --agent b:7700 --agent c:7700 --token-file t syscalls rpc
+  tern probe --agent b:7700 --token-file t --agent-ca ca.pem net
 
 Arithmetic: each figure is timed with CLOCK_MONOTONIC in intervals calibrated
 to --interval (iterations grow x8 until an interval exceeds 150 us, then are
@@ -76,6 +80,10 @@ pub struct Args {
     /// The agents' shared token (first line of the file).
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the agents' certificates: talk to
+    /// them over TLS only, refusing any other certificate.
+    #[arg(long, value_name = "FILE", requires = "agent")]
+    pub agent_ca: Option<PathBuf>,
 }
 
 /// The suites named on the command line; none or `all` means every suite.
@@ -120,16 +128,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let token = match &args.token_file {
-        Some(f) => tern_lab::agent::read_token(f)?,
+    let access = match &args.token_file {
+        Some(f) => tern_lab::agent::Access::read(f, args.agent_ca.as_deref())?,
         None => anyhow::bail!("--agent needs --token-file"),
     };
+    // One agent after the other, so none disturbs another's figures (nor
+    // the master's timing of the rpc and net suites); one that fails is
+    // named at the end and does not cost the others their reports.
     let mut reports = Vec::new();
+    let mut failures = Vec::new();
     for addr in &args.agent {
-        opts.agent = Some(Remote { addr: addr.clone(), token: token.clone() });
-        reports.push(probe::run_remote(&suites, &opts)?);
+        opts.agent = Some(Remote { addr: addr.clone(), access: access.clone() });
+        match probe::run_remote(&suites, &opts) {
+            Ok(r) => reports.push(r),
+            Err(e) => failures.push(e.to_string()),
+        }
     }
-    if args.json {
+    if reports.is_empty() {
+        // Nothing to print: the error below says why.
+    } else if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
     } else {
         for r in &reports {
@@ -138,6 +155,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if reports.len() > 1 {
             print!("{}", probe::report::SideBySide(&reports));
         }
+    }
+    if !failures.is_empty() {
+        anyhow::bail!("{} of {} agents failed: {}", failures.len(), args.agent.len(), failures.join("; "));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -84,7 +84,7 @@ impl Suite {
             Suite::Commands => commands::run(ctx),
             Suite::Disk => disk::run(ctx),
             Suite::Ipc => ipc::run(ctx).map(Outcome::from),
-            Suite::Net => net::run(ctx).map(Outcome::from),
+            Suite::Net => net::run(ctx),
             Suite::Rpc => rpc::run(ctx),
             Suite::Files => files::run(ctx).map(Outcome::from),
         }

@@ -16,6 +16,7 @@ use super::ipc::size_label;
 use super::Outcome;
 use crate::agent::client::Agent;
 use crate::agent::server::LocalAgent;
+use crate::agent::Access;
 use crate::probe::report::num;
 
 const SIZES: &[u64] = &[1024, 65536, 1 << 20, 4 << 20];
@@ -36,11 +37,11 @@ pub fn crossover(eager_ns: f64, fixed_ns: f64, per_callback_ns: f64) -> f64 {
 
 pub fn run(ctx: &Ctx) -> io::Result<Outcome> {
     let (_local, mut agent) = match &ctx.opts.agent {
-        Some(remote) => (None, Agent::connect(&remote.addr, &remote.token)?),
+        Some(remote) => (None, Agent::connect(&remote.addr, &remote.access)?),
         None => {
             let token = format!("local-{}", crate::probe::stopwatch::now_ns());
             let local = LocalAgent::start(&token)?;
-            let agent = Agent::connect(&local.addr.to_string(), &token)?;
+            let agent = Agent::connect(&local.addr.to_string(), &Access { token, ca_pem: None })?;
             (Some(local), agent)
         }
     };
