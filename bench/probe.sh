@@ -4,18 +4,21 @@
 #
 # Everything runs pinned to one CPU (taskset -c $CPU for the references,
 # --cpu $CPU for tern), so both sides share a CPU with their peers the same
-# way. References (installed when missing):
+# way. Like is set against like: tern's figure is the corrected median of
+# its SAMPLES intervals, and the own C loops run the same rounds — SAMPLES
+# rounds of the iteration count tern calibrated for that figure (read from
+# its JSON) — and their median is compared (best beside best is shown too).
+# The outside tools report what they report, named in the table: perf bench
+# a mean over one long run, iperf3 a mean over 3 s, hyperfine a median.
+# References (installed when missing):
 #   getppid            perf bench syscall basic; own C loop (crates/tern/tests/probe_refs/getppid.c)
 #   pipe round trip    taskset perf bench sched pipe -T (threads, like tern's peer thread)
 #   fork+exit+wait     own C loop (bench/probe/fork.c)
 #   TCP round trip     own C ping-pong (crates/tern/tests/probe_refs/tcp_pingpong.c), 1 and 32 KiB
 #   TCP bandwidth      iperf3 on loopback, client and server on the same CPU
-#   warm 1 MiB reads   sysbench fileio seqrd, 1 MiB blocks, 64 MiB file in the page cache
+#   warm 1 MiB reads   sysbench fileio seqrd, 1 MiB blocks of one 1 MiB file in the page cache
+#                      (tern's working set: the same cached 1 MiB file read again and again)
 #   command time       hyperfine /bin/true (shell start subtracted, as tern does)
-# tern figures are corrected medians; reference figures are what each tool
-# reports (best-of-rounds for the C loops, median for hyperfine, means for
-# perf bench, sysbench and iperf3).
-#
 # Usage: bench/probe.sh            env: CPU=0 SAMPLES=11 SKIP_BUILD=0
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,22 +54,36 @@ bench_log "references"
 refs=$OUT/refs.txt
 : >"$refs"
 ref() { echo "$1 $2" >>"$refs"; bench_log "  $1 = $2"; }
+# The iteration count tern calibrated for a figure: the C loop's rounds are as long.
+iters() {
+    python3 -c 'import json,sys
+r = json.load(open(sys.argv[1]))
+print(next(f["iterations"] for s in r["suites"] if s["suite"] == sys.argv[2] for f in s["figures"] if f["name"] == sys.argv[3]))' \
+        "$OUT/tern.json" "$1" "$2"
+}
+# "BEST MEDIAN" from a C loop: both recorded.
+cref() {
+    local best median
+    read -r best median < <(pin "${@:2}")
+    ref "${1}_best" "$best"
+    ref "${1}_median" "$median"
+}
 ref perf_getppid_us "$(pin perf bench syscall basic 2>&1 | awk '/usecs\/op/ {print $1}')"
-ref c_getppid_ns "$(pin "$OUT/getppid")"
+cref c_getppid_ns "$OUT/getppid" "$(iters syscalls getppid)" "$SAMPLES"
 ref perf_pipe_us "$(pin perf bench sched pipe -T -l 200000 2>&1 | awk '/usecs\/op/ {print $1}')"
-ref c_fork_ns "$(pin "$OUT/fork")"
-ref c_tcp_1k_ns "$(pin "$OUT/tcp_pingpong" 1024)"
-ref c_tcp_32k_ns "$(pin "$OUT/tcp_pingpong" 32768)"
+cref c_fork_ns "$OUT/fork" "$(iters processes fork+exit+wait)" "$SAMPLES"
+cref c_tcp_1k_ns "$OUT/tcp_pingpong" 1024 "$(iters net 'TCP round trip, 1 KiB')" "$SAMPLES"
+cref c_tcp_32k_ns "$OUT/tcp_pingpong" 32768 "$(iters net 'TCP round trip, 32 KiB')" "$SAMPLES"
 port=$(free_port)
 pin iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
 BENCH_PIDS+=($!)
 sleep 0.5
 ref iperf3_mbps "$(pin iperf3 -c 127.0.0.1 -p "$port" -t 3 -J | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/8e6)')"
-(cd "$OUT" && sysbench fileio --file-num=1 --file-total-size=64M prepare >/dev/null)
-(cd "$OUT" && cat test_file.0 >/dev/null)
-ref sysbench_read_mibs "$(cd "$OUT" && pin sysbench fileio --file-num=1 --file-total-size=64M --file-block-size=1M \
-    --file-test-mode=seqrd --time=3 run | awk '/read, MiB\/s/ {print $3}')"
-(cd "$OUT" && sysbench fileio --file-num=1 --file-total-size=64M cleanup >/dev/null)
+sb() { (cd "$OUT" && pin sysbench fileio --file-num=1 --file-total-size=1M --file-block-size=1M "$@"); }
+sb prepare >/dev/null
+cat "$OUT/test_file.0" >/dev/null
+ref sysbench_read_mibs "$(sb --file-test-mode=seqrd --time=3 run | awk '/read, MiB\/s/ {print $3}')"
+sb cleanup >/dev/null
 pin hyperfine --style none --warmup 5 --runs 50 --export-json "$OUT/hyperfine.json" /bin/true >/dev/null
 ref hyperfine_true_ms "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["results"][0]["median"]*1e3)' "$OUT/hyperfine.json")"
 
@@ -81,27 +98,31 @@ def fig(suite, name):
                 if f["name"] == name:
                     return f
     raise KeyError(name)
-def ns(suite, name):
-    return fig(suite, name)["corrected_ns"]["median"]
+def ns(suite, name, stat="median"):
+    return fig(suite, name)["corrected_ns"][stat]
 def mbs(suite, name):
     f = fig(suite, name)
     return f["bytes_per_op"] / f["corrected_ns"]["median"] * 1e3
+n = report["samples"]
+same = f"median of the same {n} rounds"
+# (figure, tern median, reference, tern best, reference best, reference and its statistic)
 rows = [
-    ("getppid (ns)", ns("syscalls", "getppid"), float(refs["perf_getppid_us"]) * 1e3, "perf bench syscall basic"),
-    ("getppid (ns)", ns("syscalls", "getppid"), float(refs["c_getppid_ns"]), "own C loop, best of 200 rounds"),
-    ("pipe round trip (µs)", ns("ipc", "pipe round trip, 1 byte") / 1e3, float(refs["perf_pipe_us"]), "perf bench sched pipe -T"),
-    ("fork+exit+wait (µs)", ns("processes", "fork+exit+wait") / 1e3, float(refs["c_fork_ns"]) / 1e3, "own C loop, best of 50 rounds"),
-    ("TCP round trip 1 KiB (µs)", ns("net", "TCP round trip, 1 KiB") / 1e3, float(refs["c_tcp_1k_ns"]) / 1e3, "own C ping-pong, best of 100 rounds"),
-    ("TCP round trip 32 KiB (µs)", ns("net", "TCP round trip, 32 KiB") / 1e3, float(refs["c_tcp_32k_ns"]) / 1e3, "own C ping-pong, best of 100 rounds"),
-    ("TCP bandwidth (MB/s)", mbs("net", "TCP bandwidth, 128 KiB reads"), float(refs["iperf3_mbps"]), "iperf3 -t 3, loopback"),
-    ("warm read 1 MiB (MB/s)", mbs("disk", "read 1 MiB, warm"), float(refs["sysbench_read_mibs"]) * 1.048576, "sysbench fileio seqrd 1 MiB blocks"),
-    ("/bin/true, shell subtracted (ms)", ns("commands", "/bin/true") / 1e6, float(refs["hyperfine_true_ms"]), "hyperfine median"),
+    ("getppid (ns)", ns("syscalls", "getppid"), float(refs["perf_getppid_us"]) * 1e3, None, None, "perf bench syscall basic (mean)"),
+    ("getppid (ns)", ns("syscalls", "getppid"), float(refs["c_getppid_ns_median"]), ns("syscalls", "getppid", "min"), float(refs["c_getppid_ns_best"]), f"own C loop, {same}"),
+    ("pipe round trip (µs)", ns("ipc", "pipe round trip, 1 byte") / 1e3, float(refs["perf_pipe_us"]), None, None, "perf bench sched pipe -T (mean)"),
+    ("fork+exit+wait (µs)", ns("processes", "fork+exit+wait") / 1e3, float(refs["c_fork_ns_median"]) / 1e3, ns("processes", "fork+exit+wait", "min") / 1e3, float(refs["c_fork_ns_best"]) / 1e3, f"own C loop, {same}"),
+    ("TCP round trip 1 KiB (µs)", ns("net", "TCP round trip, 1 KiB") / 1e3, float(refs["c_tcp_1k_ns_median"]) / 1e3, ns("net", "TCP round trip, 1 KiB", "min") / 1e3, float(refs["c_tcp_1k_ns_best"]) / 1e3, f"own C ping-pong, {same}"),
+    ("TCP round trip 32 KiB (µs)", ns("net", "TCP round trip, 32 KiB") / 1e3, float(refs["c_tcp_32k_ns_median"]) / 1e3, ns("net", "TCP round trip, 32 KiB", "min") / 1e3, float(refs["c_tcp_32k_ns_best"]) / 1e3, f"own C ping-pong, {same}"),
+    ("TCP bandwidth (MB/s)", mbs("net", "TCP bandwidth, 128 KiB reads"), float(refs["iperf3_mbps"]), None, None, "iperf3 -t 3, loopback (mean)"),
+    ("warm read 1 MiB (MB/s)", mbs("disk", "read 1 MiB, warm"), float(refs["sysbench_read_mibs"]) * 1.048576, None, None, "sysbench fileio seqrd, one cached 1 MiB file in 1 MiB blocks (mean)"),
+    ("/bin/true, shell subtracted (ms)", ns("commands", "/bin/true") / 1e6, float(refs["hyperfine_true_ms"]), None, None, "hyperfine, 50 runs (median)"),
 ]
-print("| figure | tern | reference | ratio | within 10% | reference tool |")
-print("|---|---|---|---|---|---|")
-for name, ours, theirs, tool in rows:
+print("| figure | tern (median) | reference | ratio | within 10% | best: tern / reference | reference tool (statistic) |")
+print("|---|---|---|---|---|---|---|")
+for name, ours, theirs, our_best, their_best, tool in rows:
     r = ours / theirs if theirs else float("nan")
-    print(f"| {name} | {ours:.4g} | {theirs:.4g} | {r:.2f} | {'yes' if abs(r - 1) <= 0.10 else 'NO'} | {tool} |")
+    best = f"{our_best:.4g} / {their_best:.4g}" if our_best is not None else "—"
+    print(f"| {name} | {ours:.4g} | {theirs:.4g} | {r:.2f} | {'yes' if abs(r - 1) <= 0.10 else 'NO'} | {best} | {tool} |")
 print()
 print("Eager vs lazy RPC (in-process agent on loopback):")
 print()

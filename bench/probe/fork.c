@@ -1,31 +1,28 @@
-/* Reference for `tern probe processes`: fork + _exit(0) + waitpid, the best
- * of 50 rounds of 20, in ns per fork, nothing subtracted. */
-#include <stdio.h>
-#include <stdlib.h>
+/* Reference for `tern probe processes`: fork + _exit(0) + waitpid; ROUNDS
+ * rounds (default 50) of N forks (default 20); prints the best and the
+ * median round in ns per fork, nothing subtracted.
+ * Usage: fork [N [ROUNDS]] */
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
+#include "../../crates/tern/tests/probe_refs/rounds.h"
 
-int main(void) {
-    double best = 1e18;
-    for (int round = 0; round < 50; round++) {
+int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 20;
+    int rounds = argc > 2 ? atoi(argv[2]) : 50;
+    if (n < 1 || rounds < 1)
+        return 2;
+    double *per = calloc(rounds, sizeof *per);
+    for (int round = 0; round < rounds; round++) {
         double t0 = now();
-        for (int i = 0; i < 20; i++) {
+        for (long i = 0; i < n; i++) {
             pid_t pid = fork();
             if (pid == 0)
                 _exit(0);
             waitpid(pid, NULL, 0);
         }
-        double per = (now() - t0) / 20;
-        if (per < best)
-            best = per;
+        per[round] = (now() - t0) / n;
     }
-    printf("%.0f\n", best);
+    print_best_median(per, rounds, "%.0f %.0f\n");
     return 0;
 }

@@ -1,29 +1,25 @@
-/* Independent reference for `tern probe syscalls`: the best of 200 rounds of
- * N getppid calls (~1 ms each, short enough that some round escapes
- * preemption on a loaded machine), in ns per call, with nothing subtracted
- * (the loop and one clock read are a fraction of a ns per call at this N). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
+/* Independent reference for `tern probe syscalls`: ROUNDS rounds (default
+ * 200) of N getppid calls (default 10000, ~1 ms: short enough that some
+ * round escapes preemption on a loaded machine); prints the best and the
+ * median round in ns per call, with nothing subtracted (the loop and one
+ * clock read are a fraction of a ns per call at this N).
+ * Usage: getppid [N [ROUNDS]] */
 #include <unistd.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
+#include "rounds.h"
 
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 10000;
-    double best = 1e18;
-    for (int round = 0; round < 200; round++) {
+    int rounds = argc > 2 ? atoi(argv[2]) : 200;
+    if (n < 1 || rounds < 1)
+        return 2;
+    double *per = calloc(rounds, sizeof *per);
+    for (int round = 0; round < rounds; round++) {
         double t0 = now();
         for (long i = 0; i < n; i++)
             getppid();
-        double per = (now() - t0) / n;
-        if (per < best)
-            best = per;
+        per[round] = (now() - t0) / n;
     }
-    printf("%.2f\n", best);
+    print_best_median(per, rounds, "%.2f %.2f\n");
     return 0;
 }

@@ -1,22 +1,17 @@
 /* Independent reference for `tern probe net`: TCP round trips of SIZE bytes
  * on loopback between this process and a forked echo child, TCP_NODELAY on
- * both sides; the best of 100 rounds of 100 round trips, in ns per round
- * trip, with nothing subtracted. */
+ * both sides; ROUNDS rounds (default 100) of N round trips (default 100);
+ * prints the best and the median round in ns per round trip, with nothing
+ * subtracted.
+ * Usage: tcp_pingpong [SIZE [N [ROUNDS]]] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e9 + ts.tv_nsec;
-}
+#include "rounds.h"
 
 static int full(ssize_t (*io)(int, void *, size_t), int fd, char *buf, size_t len) {
     size_t done = 0;
@@ -34,6 +29,11 @@ static ssize_t wr(int fd, void *b, size_t n) { return write(fd, b, n); }
 
 int main(int argc, char **argv) {
     size_t size = argc > 1 ? (size_t)atol(argv[1]) : 1024;
+    long n = argc > 2 ? atol(argv[2]) : 100;
+    int rounds = argc > 3 ? atoi(argv[3]) : 100;
+    if (size < 1 || n < 1 || rounds < 1)
+        return 2;
+    double *per = calloc(rounds, sizeof *per);
     char *buf = calloc(1, size);
     int one = 1;
     int lst = socket(AF_INET, SOCK_STREAM, 0);
@@ -58,20 +58,17 @@ int main(int argc, char **argv) {
         return 1;
     }
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    double best = 1e18;
-    for (int round = 0; round < 100; round++) {
+    for (int round = 0; round < rounds; round++) {
         double t0 = now();
-        for (int i = 0; i < 100; i++)
+        for (long i = 0; i < n; i++)
             if (full(wr, s, buf, size) || full(rd, s, buf, size)) {
                 perror("round trip");
                 return 1;
             }
-        double per = (now() - t0) / 100;
-        if (per < best)
-            best = per;
+        per[round] = (now() - t0) / n;
     }
     close(s);
     waitpid(child, NULL, 0);
-    printf("%.0f\n", best);
+    print_best_median(per, rounds, "%.0f %.0f\n");
     return 0;
 }
