@@ -522,6 +522,10 @@ pub struct Log {
     /// Access log bytes buffered per worker before a write; the buffer is
     /// also flushed every second. Default `"64KiB"`.
     pub access_buffer: Bytes,
+    /// Per-request service records (CSV, see `service_records.rs`): a
+    /// path or `"off"`; buffered per worker like the access log (by
+    /// `access_buffer`). Default `"off"`.
+    pub service_records: String,
     /// Error log: a path or `"-"` for stderr. Default `"-"`.
     pub error: String,
     /// Least severe level written: error, warn, info, debug. Default `"warn"`.
@@ -530,7 +534,13 @@ pub struct Log {
 
 impl Default for Log {
     fn default() -> Self {
-        Log { access: "-".into(), access_buffer: Bytes(64 * 1024), error: "-".into(), level: Level::Warn }
+        Log {
+            access: "-".into(),
+            access_buffer: Bytes(64 * 1024),
+            service_records: "off".into(),
+            error: "-".into(),
+            level: Level::Warn,
+        }
     }
 }
 

@@ -27,6 +27,7 @@ use crate::metrics::TimeoutKind;
 use crate::reaper;
 use crate::reply::{Params, Reply};
 use crate::request_body::{BodyError, BodyReader};
+use crate::service_records::{Record, StageAccount};
 use crate::shared::Shared;
 use crate::site::backend::Job;
 use crate::site::cgi::Pump;
@@ -148,6 +149,22 @@ pub struct Conn {
     timer: Timer,
     /// The send buffer was fixed small (a slow reader).
     send_clamped: bool,
+    /// For service records (`log.service_records`; the clock is read for
+    /// them only when they are kept): when the connection was accepted,
+    /// when the current request's service started, and the answered
+    /// requests whose responses are not all sent yet.
+    accepted: Instant,
+    started: Option<Instant>,
+    unsent: Vec<Unsent>,
+    /// Time in the staged engine's stages.
+    pub stages: StageAccount,
+}
+
+/// An answered request waiting for the end of its response.
+struct Unsent {
+    start: Instant,
+    status: u16,
+    bytes: u64,
 }
 
 impl Conn {
@@ -177,6 +194,10 @@ impl Conn {
             redirects: 0,
             timer: Timer { clock: Clock::Header, start: w.now, bytes: 0 },
             send_clamped: false,
+            accepted: if w.records.enabled() { Instant::now() } else { w.now },
+            started: None,
+            unsent: Vec::new(),
+            stages: StageAccount::default(),
         }
     }
 
@@ -426,7 +447,7 @@ impl Conn {
         self.set_clock(Clock::Send, w.now);
     }
 
-    fn log_backend(&self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
+    fn log_backend(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
         w.stats.status(status);
         w.log.record(&Entry {
             client: self.peers.peer.ip(),
@@ -437,6 +458,39 @@ impl Conn {
             referer: b.referer.as_deref(),
             user_agent: b.user_agent.as_deref(),
         });
+        self.answered(w, status, bytes);
+    }
+
+    /// Notes an answered request for its service record, written once its
+    /// response is sent.
+    fn answered(&mut self, w: &Worker<'_>, status: u16, bytes: u64) {
+        if w.records.enabled() {
+            let start = self.started.take().unwrap_or_else(Instant::now);
+            self.unsent.push(Unsent { start, status, bytes });
+        }
+    }
+
+    /// The responses queued so far are sent (or the connection ends):
+    /// their service ends now.
+    fn write_records(&mut self, w: &mut Worker<'_>) {
+        if self.unsent.is_empty() {
+            return;
+        }
+        let end = Instant::now();
+        let last = self.unsent.len() - 1;
+        for (i, u) in self.unsent.drain(..).enumerate() {
+            // Responses sent in one write share the stage times (on the
+            // last row).
+            let stages = if i == last { self.stages.take(end) } else { None };
+            w.records.record(&Record {
+                accepted: self.accepted,
+                start: u.start,
+                end,
+                status: u.status,
+                bytes: u.bytes,
+                stages,
+            });
+        }
     }
 
     /// Answers `GET location` in place of the program's response.
@@ -476,6 +530,9 @@ impl Conn {
         let result = match parse_head(&rbuf[self.rpos..], &shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
                 self.redirects = 0;
+                if w.records.enabled() {
+                    self.started = Some(Instant::now());
+                }
                 let max = w.config.limits.max_body_bytes.0;
                 match BodyReader::new(req.framing, max) {
                     // Earlier answers still queued go out first, so a
@@ -649,6 +706,7 @@ impl Conn {
             referer: req.fields.referer,
             user_agent: req.fields.user_agent,
         });
+        self.answered(w, status, body_len);
         self.after_answer(w);
     }
 
@@ -694,6 +752,8 @@ impl Conn {
             referer: None,
             user_agent: None,
         });
+        let bytes = reply.body_len;
+        self.answered(w, status, bytes);
         self.keep_alive = false;
         self.body = None;
         self.phase = Phase::Send;
@@ -716,6 +776,7 @@ impl Conn {
     /// Everything queued was sent. Returns a status to return, or `None`
     /// to keep driving.
     fn sent(&mut self, w: &mut Worker<'_>) -> Option<Status> {
+        self.write_records(w);
         if !self.keep_alive {
             return Some(self.finish(w));
         }
@@ -993,6 +1054,7 @@ impl Conn {
     /// backend) before it is dropped.
     pub fn recycle(&mut self, w: &mut Worker<'_>) {
         self.abort_backend(w);
+        self.write_records(w);
         w.pool.give(std::mem::take(&mut self.rbuf));
         self.out.clear();
         let (buf, _) = self.out.release();

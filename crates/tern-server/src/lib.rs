@@ -14,7 +14,7 @@
 //! `conn.rs`, `request_body.rs`, `shared.rs`, `handover.rs`, `per_ip.rs` → `site/` → `compress/` →
 //! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `static_io.rs`,
 //! `calibrate.rs` → files and
-//! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`,
+//! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`, `service_records.rs`,
 //! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `listeners.rs`,
 //! `spool.rs`, `sys.rs`). Nothing imports
 //! this file.
@@ -38,6 +38,7 @@ pub mod reply;
 pub mod request_body;
 pub mod resolve;
 pub mod server;
+pub mod service_records;
 pub mod shared;
 pub mod site;
 pub mod spool;

@@ -15,6 +15,7 @@ use crate::error_log::log;
 use crate::handover::Doors;
 use crate::metrics::{Ending, ServerStats};
 use crate::per_ip::PerIp;
+use crate::service_records::RecordTarget;
 use crate::shared::Shared;
 use crate::site::Site;
 use crate::static_io::StaticIo;
@@ -73,6 +74,7 @@ pub enum StartError {
 struct Prepared {
     config: Config,
     access: AccessTarget,
+    records: RecordTarget,
     /// Per worker, one socket per address.
     per_worker: Vec<Vec<socket2::Socket>>,
     addrs: Vec<SocketAddr>,
@@ -88,6 +90,9 @@ impl Prepared {
             .map_err(|e| StartError::Config(format!("{}: cannot open {}: {e}", at("error"), config.log.error)))?;
         let access = AccessTarget::open(&config.log.access)
             .map_err(|e| StartError::Config(format!("{}: cannot open {}: {e}", at("access"), config.log.access)))?;
+        let records = RecordTarget::open(&config.log.service_records).map_err(|e| {
+            StartError::Config(format!("{}: cannot open {}: {e}", at("service_records"), config.log.service_records))
+        })?;
         let workers = if config.server.workers == 0 { sys::usable_cpus() } else { config.server.workers };
 
         // Each worker gets its own SO_REUSEPORT socket per address; the
@@ -126,7 +131,7 @@ impl Prepared {
                 addrs.push(addr);
             }
         }
-        let prepared = Prepared { config, access, per_worker, addrs };
+        let prepared = Prepared { config, access, records, per_worker, addrs };
         prepared.refuse_taken()?;
         Ok(prepared)
     }
@@ -196,7 +201,7 @@ impl Server {
         drop_privileges(&prepared.config)?;
         let (site, io) = prepared.site()?;
         let io = Arc::new(io);
-        let Prepared { config, access, per_worker, addrs } = prepared;
+        let Prepared { config, access, records, per_worker, addrs } = prepared;
         if site.cgi.refuses_as_root() && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty()) {
             log!(
                 Level::Warn,
@@ -222,6 +227,7 @@ impl Server {
             site,
             server: ServerStats::new(workers),
             access,
+            records,
             io: io.clone(),
             per_ip,
             successor: std::sync::OnceLock::new(),
@@ -324,7 +330,7 @@ fn drop_privileges(config: &Config) -> Result<(), StartError> {
         let account =
             privileges::lookup(&s.user, &s.group).map_err(|m| StartError::Config(format!("server.user: {m}")))?;
         if privileges::is_root() {
-            privileges::hand_over_logs(&[&config.log.access, &config.log.error], &account)
+            privileges::hand_over_logs(&[&config.log.access, &config.log.service_records, &config.log.error], &account)
                 .map_err(|e| StartError::Config(format!("server.user: {e}")))?;
         }
         privileges::become_user(&account)

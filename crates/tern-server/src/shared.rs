@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::handover::Doors;
 use crate::metrics::ServerStats;
 use crate::per_ip::PerIp;
+use crate::service_records::RecordTarget;
 use crate::site::Site;
 use crate::static_io::StaticIo;
 use crate::worker::{Watcher, Worker};
@@ -22,6 +23,8 @@ pub struct Shared {
     pub site: Site,
     pub server: ServerStats,
     pub access: AccessTarget,
+    /// Where per-request service records go (`log.service_records`).
+    pub records: RecordTarget,
     /// Which I/O method sends which file (a calibration thread may
     /// update it after start).
     pub io: std::sync::Arc<StaticIo>,
@@ -37,6 +40,6 @@ impl Shared {
     /// What worker `index` lends its connections; `watcher` is how its
     /// engine watches backend descriptors.
     pub fn worker(&self, index: usize, watcher: Box<dyn Watcher>) -> Worker<'_> {
-        Worker::new(&self.config, &self.server, &self.access, &self.io, index, watcher)
+        Worker::new(&self.config, &self.server, (&self.access, &self.records), &self.io, index, watcher)
     }
 }

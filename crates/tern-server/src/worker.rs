@@ -16,6 +16,7 @@ use crate::config::Config;
 use crate::metrics::{Ending, ServerStats, WorkerStats};
 use crate::open_files::OpenFileTable;
 use crate::reaper::Reaper;
+use crate::service_records::{RecordTarget, ServiceLog};
 use crate::static_io::StaticIo;
 use crate::sys;
 
@@ -75,6 +76,8 @@ pub struct Worker<'s> {
     pub date: DateCache,
     pub files: OpenFileTable,
     pub log: AccessLog,
+    /// Per-request service records (a no-op unless `log.service_records`).
+    pub records: ServiceLog,
     pub pool: BufPool,
     /// The current request's normalised path.
     pub path: Vec<u8>,
@@ -93,7 +96,7 @@ impl<'s> Worker<'s> {
     pub fn new(
         config: &'s Config,
         server: &'s ServerStats,
-        access: &'s AccessTarget,
+        (access, records): (&'s AccessTarget, &'s RecordTarget),
         io: &'s StaticIo,
         index: usize,
         watcher: Box<dyn Watcher>,
@@ -107,6 +110,7 @@ impl<'s> Worker<'s> {
             date: DateCache::new(SystemTime::now()),
             files: OpenFileTable::new(config.static_files.open_file_cache, config.static_files.open_file_valid.0),
             log: AccessLog::new(access, config.log.access_buffer.usize()),
+            records: ServiceLog::new(records, config.log.access_buffer.usize()),
             pool: BufPool::default(),
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
@@ -143,6 +147,13 @@ impl<'s> Worker<'s> {
         self.pool.shrink();
         sys::release_free_memory();
         true
+    }
+
+    /// Writes out the buffered access-log lines and service records: once
+    /// a second and when the worker ends.
+    pub fn flush_logs(&mut self) {
+        self.log.flush();
+        self.records.flush();
     }
 
     /// Whether answers should close their connection: the server is

@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "resolve",
             "reaper",
             "access_log",
+            "service_records",
             "metrics",
             "error_log",
             "config",

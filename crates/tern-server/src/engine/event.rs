@@ -200,7 +200,7 @@ pub fn run(
                 let status = guarded(&mut w, &mut conns[key], |c, w| c.on_tick(shared, w));
                 settle(shared, &mut w, &poll, &mut conns, key, status, ending);
             }
-            w.log.flush();
+            w.flush_logs();
             error_log::tick();
             if w.settle(conns.len()) {
                 conns.shrink_to_fit();
@@ -216,7 +216,7 @@ pub fn run(
         close(shared, &mut w, &mut conns, key);
     }
     w.reaper.kill_all(&shared.server.cgi_running);
-    w.log.flush();
+    w.flush_logs();
 }
 
 /// After connection code ran: closes the connection if it is done, or

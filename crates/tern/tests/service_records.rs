@@ -1,0 +1,123 @@
+//! Per-request service records (`log.service_records`): one CSV row per
+//! request, written through per-worker buffers and flushed on exit.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::Tern;
+
+/// `CLOCK_MONOTONIC` in microseconds: the records' clock.
+fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+}
+
+/// Reads one response with a `Content-Length` (no body for `HEAD`) off a
+/// keep-alive connection; returns its status and announced length (the
+/// bytes the access log and the records count).
+fn read_response(s: &mut TcpStream, head_request: bool) -> (u16, usize) {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(end) = common::find(&raw, b"\r\n\r\n") {
+            let (status, headers) = common::parse_head(std::str::from_utf8(&raw[..end]).unwrap());
+            let len: usize = headers.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap());
+            let body = if head_request { 0 } else { len };
+            if raw.len() >= end + 4 + body {
+                assert_eq!(raw.len(), end + 4 + body, "nothing after the response");
+                return (status, len);
+            }
+        }
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed mid-response: {}", String::from_utf8_lossy(&raw));
+        raw.extend_from_slice(&buf[..n]);
+    }
+}
+
+#[test]
+fn one_row_per_request_with_its_times_status_and_bytes() {
+    let site = common::site();
+    let cgi = site.root.join("cgi-bin");
+    std::fs::create_dir_all(&cgi).unwrap();
+    let program = cgi.join("hello.sh");
+    std::fs::write(&program, "#!/bin/sh\nprintf 'Content-Type: text/plain\\nContent-Length: 6\\n\\nhello\\n'\n")
+        .unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.csv");
+    let config = format!("[log]\naccess = \"off\"\nservice_records = \"{}\"\n", records.display());
+    let before = monotonic_us();
+    let mut tern = Tern::start(&site.root, "sendfile", &config, &[]);
+
+    // One keep-alive connection, a request at a time.
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut seen = Vec::new();
+    for (method, path) in
+        [("GET", "/small.txt"), ("GET", "/missing"), ("GET", "/cgi-bin/hello.sh"), ("HEAD", "/big.bin")]
+    {
+        s.write_all(format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
+        seen.push(read_response(&mut s, method == "HEAD"));
+    }
+    drop(s);
+    // And one on its own connection.
+    let r = common::get(tern.addr, "/index.html", "");
+    seen.push((r.status, r.body.len()));
+    assert_eq!(seen, [(200, 1000), (404, seen[1].1), (200, 6), (200, site.big.len()), (200, common::INDEX.len())]);
+    assert!(seen[1].1 > 0, "the 404 page has a body");
+
+    let status = tern.terminate(Duration::from_secs(10)).expect("exits on SIGTERM");
+    assert!(status.success());
+    let after = monotonic_us();
+    let text = std::fs::read_to_string(&records).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "accept_us,start_us,end_us,status,bytes,read_queued_us,read_working_us,handle_queued_us,\
+             handle_working_us,send_queued_us,send_working_us,log_queued_us,log_working_us"
+        )
+    );
+    let mut rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 5, "one row per request:\n{text}");
+    let n = |s: &str| -> u64 { s.parse().unwrap() };
+    // Rows of different workers may come in any order: by service start.
+    rows.sort_by_key(|r| n(r[1]));
+    let got: Vec<(u16, usize)> = rows.iter().map(|r| (n(r[3]) as u16, n(r[4]) as usize)).collect();
+    assert_eq!(got, seen, "status and body bytes per request, in order");
+    for r in &rows {
+        assert_eq!(r.len(), 13, "{r:?}");
+        let (accept, start, end) = (n(r[0]), n(r[1]), n(r[2]));
+        assert!(before <= accept && accept <= start && start <= end && end <= after, "times in order: {r:?}");
+        assert!(r[5..].iter().all(|c| c.is_empty()), "no stage times under the event engine: {r:?}");
+    }
+    // The keep-alive connection's requests: accepted once, served one
+    // after the other; the last connection came after all of them.
+    assert!(rows[..4].iter().all(|r| r[0] == rows[0][0]), "one accept time per connection");
+    for pair in rows[..4].windows(2) {
+        assert!(n(pair[0][2]) <= n(pair[1][1]), "each request starts after the previous one ended: {pair:?}");
+    }
+    assert!(n(rows[4][0]) >= n(rows[3][2]));
+}
+
+#[test]
+fn an_unwritable_records_path_names_the_key_and_line() {
+    let site = common::site();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tern.toml");
+    std::fs::write(&config, "[log]\nservice_records = \"/nonexistent-dir/records.csv\"\n").unwrap();
+    let out = std::process::Command::new(common::tern_bin())
+        .args(["serve", "--check", "--listen", "127.0.0.1:0", "--config"])
+        .arg(&config)
+        .arg(&site.root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 2: log.service_records") && err.contains("/nonexistent-dir/records.csv"), "{err}");
+}
