@@ -11,8 +11,8 @@ cd "$(dirname "$0")/.."
 # generated manual pages and systemd (systemd-analyze verify) checks the unit;
 # php-fpm (and iproute2's ss) for the FastCGI tests, libfcgi-dev for the
 # gateway's FastCGI file server; chromium (headless) takes the demo site's
-# screenshots.
-scripts/ensure-packages.sh curl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium
+# screenshots; openssl (s_client) checks the TLS versions, SNI and resumption.
+scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test

@@ -8,6 +8,11 @@
 //! mapped regions go out together in one `sendmsg` (a whole
 //! keep-alive response in one system call); `sendfile` regions follow a head
 //! sent with `MSG_MORE`; `read` regions are copied through a chunk buffer.
+//!
+//! Over TLS every segment is encrypted by the connection's session instead
+//! (`flush_tls`): file regions, whatever their method, through the chunk
+//! buffer (`pread`), never from a mapping, which user space must not read
+//! (a file truncated under it would raise `SIGBUS`).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -17,6 +22,7 @@ use std::sync::Arc;
 use crate::config::IoMethod;
 use crate::open_files::OpenFile;
 use crate::sys;
+use crate::tls::Session;
 
 enum Segment {
     /// `OutQueue::buf[start..end]`.
@@ -149,6 +155,54 @@ impl OutQueue {
         }
     }
 
+    /// Encrypts and writes as much as the socket takes.
+    pub fn flush_tls(&mut self, tls: &mut Session, sock: &std::net::TcpStream) -> io::Result<Flushed> {
+        tls.start_flush();
+        loop {
+            if !tls.send_pending(sock)? {
+                return Ok(Flushed::Blocked);
+            }
+            let Some(front) = self.segments.front() else {
+                self.buf.clear();
+                self.committed = 0;
+                return Ok(Flushed::All);
+            };
+            let taken = match front {
+                Segment::Buf { start, end } => tls.write_plain(&self.buf[*start..*end]),
+                Segment::Shared { bytes, start, end } => tls.write_plain(&(**bytes).as_ref()[*start..*end]),
+                Segment::File { file, offset, len, .. } => {
+                    if self.chunk_pos == self.chunk.len() {
+                        self.read_chunk(file.clone(), *offset, *len)?;
+                    }
+                    let n = tls.write_plain(&self.chunk[self.chunk_pos..]);
+                    self.chunk_pos += n;
+                    n
+                }
+            };
+            if taken == 0 {
+                // Nothing pending and nothing taken: the handshake is not
+                // done, so nothing may be sent yet.
+                return Err(io::Error::other("TLS session not ready for data"));
+            }
+            self.advance(taken);
+        }
+    }
+
+    /// Reads the next chunk of a file region into the chunk buffer.
+    fn read_chunk(&mut self, file: Arc<OpenFile>, offset: u64, len: u64) -> io::Result<()> {
+        let want = len.min(self.chunk_size as u64) as usize;
+        self.chunk.resize(want, 0);
+        read_exact_at(file.file.as_fd(), &mut self.chunk, offset).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                shrank(&file)
+            } else {
+                e
+            }
+        })?;
+        self.chunk_pos = 0;
+        Ok(())
+    }
+
     fn flush_once(&mut self, sock: BorrowedFd<'_>) -> io::Result<Flushed> {
         loop {
             let Some(front) = self.segments.front() else {
@@ -168,16 +222,7 @@ impl OutQueue {
                 }
                 Segment::File { file, offset, len, method: IoMethod::Read } => {
                     if self.chunk_pos == self.chunk.len() {
-                        let want = (*len).min(self.chunk_size as u64) as usize;
-                        self.chunk.resize(want, 0);
-                        read_exact_at(file.file.as_fd(), &mut self.chunk, *offset).map_err(|e| {
-                            if e.kind() == io::ErrorKind::UnexpectedEof {
-                                shrank(file)
-                            } else {
-                                e
-                            }
-                        })?;
-                        self.chunk_pos = 0;
+                        self.read_chunk(file.clone(), *offset, *len)?;
                     }
                     let pending = &self.chunk[self.chunk_pos..];
                     let want = pending.len();

@@ -28,6 +28,7 @@ pub struct Config {
     pub cgi: Cgi,
     pub fastcgi: FastCgi,
     pub compression: Compression,
+    pub tls: Tls,
     /// The file and text this was parsed from, so errors found later (at
     /// start) still name the line.
     #[serde(skip)]
@@ -427,6 +428,71 @@ pub enum CodingName {
     Gzip,
     Br,
     Zstd,
+}
+
+/// `[tls]`: HTTPS (rustls). Off until `listen` names an address.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tls {
+    /// Addresses served over HTTPS, in the forms of `server.listen`.
+    /// Default `[]`.
+    pub listen: Vec<Listen>,
+    /// Certificate chains with their keys (PEM files, relative to the
+    /// config file's directory). The first is the default, sent to a
+    /// client that names no host or one no entry lists. Default `[]`
+    /// (needed when `listen` is set).
+    pub certificates: Vec<TlsCertificate>,
+    /// Addresses that answer every request with `308` to the same URL over
+    /// HTTPS (on the first `listen` port). Default `[]`.
+    pub redirect: Vec<Listen>,
+    /// The `Strict-Transport-Security` value sent with every HTTPS
+    /// response (`"max-age=63072000"`); empty for none. Default `""`.
+    pub hsts: String,
+    /// The oldest protocol accepted: `"1.2"` or `"1.3"`. Default `"1.2"`.
+    pub min_version: TlsVersion,
+    /// Sessions remembered for resumption, shared by all workers (0: none).
+    /// Default 4096.
+    pub session_cache: usize,
+    /// Stateless session tickets (resumption without the cache; the keys
+    /// change every 6 hours and on reload). Default true.
+    pub tickets: bool,
+}
+
+impl Default for Tls {
+    fn default() -> Self {
+        Tls {
+            listen: Vec::new(),
+            certificates: Vec::new(),
+            redirect: Vec::new(),
+            hsts: String::new(),
+            min_version: TlsVersion::V1_2,
+            session_cache: 4096,
+            tickets: true,
+        }
+    }
+}
+
+/// One `tls.certificates` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsCertificate {
+    /// The chain: the server's certificate first, then intermediates.
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// Host names (SNI) this chain is sent for; `*.example.com` covers one
+    /// label. Default `[]` (only as the default certificate).
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// `tls.min_version`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum TlsVersion {
+    #[serde(rename = "1.2")]
+    V1_2,
+    #[serde(rename = "1.3")]
+    V1_3,
 }
 
 /// `[limits]`: sizes and counts a client may use.
@@ -945,6 +1011,13 @@ impl Config {
             if let Some(profile) = config.static_files.io_profile.as_mut().filter(|p| p.is_relative()) {
                 *profile = dir.join(&*profile);
             }
+            for c in &mut config.tls.certificates {
+                for path in [&mut c.cert, &mut c.key] {
+                    if path.is_relative() {
+                        *path = dir.join(&*path);
+                    }
+                }
+            }
         }
         Ok(config)
     }
@@ -972,7 +1045,30 @@ impl Config {
     pub fn broken_rule(&self) -> Option<(&'static str, &'static str, &'static str)> {
         let c = &self.compression;
         let rules = [
-            (self.server.listen.is_empty(), "server", "listen", "at least one address is needed"),
+            (
+                self.server.listen.is_empty() && self.tls.listen.is_empty(),
+                "server",
+                "listen",
+                "at least one address is needed (here or in tls.listen)",
+            ),
+            (
+                !self.tls.listen.is_empty() && self.tls.certificates.is_empty(),
+                "tls",
+                "certificates",
+                "tls.listen needs at least one certificate",
+            ),
+            (
+                !self.tls.redirect.is_empty() && self.tls.listen.is_empty(),
+                "tls",
+                "redirect",
+                "redirects to HTTPS need tls.listen",
+            ),
+            (
+                self.tls.hsts.bytes().any(|b| b.is_ascii_control()),
+                "tls",
+                "hsts",
+                "must be a header value without control characters",
+            ),
             (self.server.workers > MAX_WORKERS, "server", "workers", "must be at most 1024 (0 = one per usable CPU)"),
             (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
             (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),

@@ -10,6 +10,11 @@
 //! socket may still have bytes (`may_read`) or room (`may_write`) and only
 //! touches it when it needs to — a keep-alive request costs one `read` and
 //! one `sendmsg`.
+//!
+//! On an HTTPS address the socket's bytes pass through the connection's
+//! TLS session (`tls.rs`) on the way in (`fill`) and out (`flush`); the
+//! rest of the state machine does not know. A redirecting address answers
+//! every request with `308` to its HTTPS URL.
 
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -34,6 +39,7 @@ use crate::site::cgi::Pump;
 use crate::site::{Answer, Peers};
 use crate::spool::Spool;
 use crate::sys;
+use crate::tls::{self, Got, Role, Session};
 use crate::worker::Worker;
 
 /// Whether the engine should keep the connection.
@@ -158,6 +164,13 @@ pub struct Conn {
     unsent: Vec<Unsent>,
     /// Time in the staged engine's stages.
     pub stages: StageAccount,
+    /// Whether the listening address's role is still to be looked at
+    /// (on the first readiness: `Conn::new` is not handed `Shared`).
+    fresh: bool,
+    /// The TLS session on an HTTPS address.
+    tls: Option<Box<Session>>,
+    /// On a redirecting address: the HTTPS port to send clients to.
+    redirect: Option<u16>,
 }
 
 /// An answered request waiting for the end of its response.
@@ -198,7 +211,27 @@ impl Conn {
             started: None,
             unsent: Vec::new(),
             stages: StageAccount::default(),
+            fresh: true,
+            tls: None,
+            redirect: None,
         }
+    }
+
+    /// Looks up what the listening address is for: starts the TLS session
+    /// on an HTTPS address.
+    fn open(&mut self, shared: &Shared, w: &Worker<'_>) {
+        self.fresh = false;
+        let Some(setup) = &shared.tls else { return };
+        match setup.role(self.peers.local) {
+            Role::Http => {}
+            Role::Https => self.tls = setup.session(w.stats),
+            Role::Redirect => self.redirect = Some(setup.https_port()),
+        }
+    }
+
+    /// Header lines for every response on a connection (HSTS over HTTPS).
+    fn fields(tls: &Option<Box<Session>>) -> &[u8] {
+        tls.as_ref().map_or(&[], |t| t.fields())
     }
 
     pub fn fd(&self) -> RawFd {
@@ -250,6 +283,9 @@ impl Conn {
     }
 
     fn drive(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
+        if self.fresh {
+            self.open(shared, w);
+        }
         loop {
             match self.phase {
                 Phase::Send => match self.flush(w) {
@@ -344,7 +380,10 @@ impl Conn {
             return Sent::Wait;
         }
         let before = self.out.written;
-        let result = self.out.flush(self.sock.as_fd());
+        let result = match self.tls.as_mut() {
+            Some(tls) => self.out.flush_tls(tls, &self.sock),
+            None => self.out.flush(self.sock.as_fd()),
+        };
         let sent = self.out.written - before;
         self.timer.bytes += sent;
         w.stats.bytes_sent.add(sent);
@@ -374,6 +413,7 @@ impl Conn {
         let params = Params {
             date: w.date.http(),
             server: &shared.config.server.server_header,
+            fields: Conn::fields(&self.tls),
             head_only: b.head_only,
             http10: b.http10,
             keep_alive: self.keep_alive,
@@ -434,6 +474,7 @@ impl Conn {
         let params = Params {
             date: w.date.http(),
             server: &w.config.server.server_header,
+            fields: Conn::fields(&self.tls),
             head_only: b.head_only,
             http10: b.http10,
             keep_alive: self.keep_alive,
@@ -582,6 +623,13 @@ impl Conn {
     /// output queue is empty, so it cannot overtake anything.
     fn send_continue(&mut self, w: &Worker<'_>) -> bool {
         const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+        if let Some(tls) = self.tls.as_mut() {
+            // Encrypted and written now, or with the answer if the socket
+            // is full.
+            let n = tls.write_plain(CONTINUE);
+            w.stats.bytes_sent.add(n as u64);
+            return n == CONTINUE.len() && tls.send_pending(&self.sock).is_ok();
+        }
         let sent = sys::send_vectored(self.sock.as_fd(), &[std::io::IoSlice::new(CONTINUE)], false);
         if let Ok(n) = sent {
             w.stats.bytes_sent.add(n as u64);
@@ -678,12 +726,17 @@ impl Conn {
             &mut self.out,
             w.date.http(),
             &config.server.server_header,
+            Conn::fields(&self.tls),
             req.method == Method::Head,
             req.version == Version::Http10,
             keep_alive,
         );
         let answer = if too_large {
             reply.error(413);
+            Answer::Done
+        } else if let Some(port) = self.redirect {
+            let location = tls::https_location(req.host, self.peers.local, port, req.path, req.query);
+            reply.redirect(308, location.as_bytes());
             Answer::Done
         } else {
             shared.site.respond(req, &mut self.spool, self.peers, &mut reply, w)
@@ -737,7 +790,9 @@ impl Conn {
         if self.out.buf.capacity() == 0 {
             self.out.adopt(w.pool.take());
         }
-        let mut reply = Reply::new(&mut self.out, w.date.http(), &config.server.server_header, false, false, false);
+        let fields = Conn::fields(&self.tls);
+        let mut reply =
+            Reply::new(&mut self.out, w.date.http(), &config.server.server_header, fields, false, false, false);
         reply.error(status);
         reply.finish();
         // Every answer counts, 408 and a bad body's 400/413 included.
@@ -808,6 +863,9 @@ impl Conn {
             }
         }
         let unread = self.rpos < self.rbuf.len() || self.may_read || self.body.is_some();
+        if let Some(tls) = self.tls.as_mut() {
+            tls.close(&self.sock);
+        }
         if self.peer_closed || !unread {
             return Status::Closed;
         }
@@ -855,7 +913,7 @@ impl Conn {
 
     /// Reads what the socket has into the receive buffer.
     fn fill(&mut self, w: &mut Worker<'_>) -> Fill {
-        if !self.may_read {
+        if !self.may_read && self.tls.is_none() {
             return Fill::Wait;
         }
         if self.rbuf.capacity() == 0 {
@@ -871,6 +929,9 @@ impl Conn {
             // little, so the parser sees when it is exceeded).
             let limit = w.config.limits.max_header_bytes.usize() + 1024;
             self.rbuf.reserve(limit.saturating_sub(self.rbuf.len()).max(1024));
+        }
+        if self.tls.is_some() {
+            return self.fill_tls(w);
         }
         let spare = self.rbuf.capacity() - self.rbuf.len();
         loop {
@@ -894,6 +955,38 @@ impl Conn {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => return Fill::Failed,
+            }
+        }
+    }
+
+    /// `fill` through the TLS session (which may hold decrypted bytes
+    /// however the socket's edge stands).
+    fn fill_tls(&mut self, w: &mut Worker<'_>) -> Fill {
+        let Some(tls) = self.tls.as_mut() else { return Fill::Failed };
+        let got =
+            tls.fill(&self.sock, &mut self.may_read, self.eof_pending, &mut self.rbuf, &mut self.timer.bytes, w.stats);
+        match got {
+            Got::Data => Fill::Got,
+            Got::Wait => Fill::Wait,
+            Got::Eof => Fill::Eof,
+            Got::Failed => Fill::Failed,
+            Got::PlainHttp => {
+                // Answered in plain text, as the client speaks, then closed.
+                if let Some(tls) = self.tls.take() {
+                    tls.end(w.stats);
+                }
+                log!(Level::Info, "{}: plain HTTP sent to an HTTPS address", self.peers.peer);
+                if self.out.buf.capacity() == 0 {
+                    self.out.adopt(w.pool.take());
+                }
+                self.out.buf.extend_from_slice(tls::PLAIN_HTTP_ANSWER);
+                self.out.commit_buf();
+                w.stats.requests.incr();
+                w.stats.status(400);
+                self.keep_alive = false;
+                self.phase = Phase::Send;
+                self.set_clock(Clock::Send, w.now);
+                Fill::Got
             }
         }
     }
@@ -1033,8 +1126,12 @@ impl Conn {
             w.pool.give(pending);
             pending = Vec::new();
         }
+        let tls = self.tls.take();
+        if let Some(t) = &tls {
+            t.leave(w.stats);
+        }
         self.recycle(w);
-        Moved { stream: self.sock, peer: self.peers.peer, pending }
+        Moved { stream: self.sock, peer: self.peers.peer, pending, tls }
     }
 
     /// A connection handed over by a replaced server: it continues here as
@@ -1042,6 +1139,11 @@ impl Conn {
     pub fn adopt(key: usize, moved: Moved, w: &Worker<'_>) -> Conn {
         let mut conn = Conn::new(key, moved.stream, moved.peer, w);
         conn.may_read = true;
+        if let Some(tls) = moved.tls {
+            tls.join(w.stats);
+            conn.tls = Some(tls);
+            conn.fresh = false;
+        }
         if moved.pending.is_empty() {
             conn.set_clock(Clock::Idle, w.now);
         } else {
@@ -1055,6 +1157,9 @@ impl Conn {
     pub fn recycle(&mut self, w: &mut Worker<'_>) {
         self.abort_backend(w);
         self.write_records(w);
+        if let Some(tls) = self.tls.take() {
+            tls.end(w.stats);
+        }
         w.pool.give(std::mem::take(&mut self.rbuf));
         self.out.clear();
         let (buf, _) = self.out.release();

@@ -9,12 +9,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
+use crate::tls::Session;
+
 /// A connection on its way to another worker.
 pub struct Moved {
     pub stream: TcpStream,
     pub peer: SocketAddr,
     /// Bytes read and not yet answered (the start of the next request).
     pub pending: Vec<u8>,
+    /// The connection's TLS session, which moves with it.
+    pub tls: Option<Box<Session>>,
 }
 
 /// The ways into one server's workers: a queue each, and the waker that

@@ -12,7 +12,7 @@
 //! Imports run one way, top to bottom (ARCHITECTURE.md, "Layers"; checked
 //! by `tests/layers.rs`): `server.rs` (composition root) → `engine/` →
 //! `conn.rs`, `request_body.rs`, `shared.rs`, `handover.rs`, `per_ip.rs` → `site/` → `compress/` →
-//! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `static_io.rs`,
+//! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `tls.rs`, `static_io.rs`,
 //! `calibrate.rs` → files and
 //! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`, `service_records.rs`,
 //! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `listeners.rs`,
@@ -44,6 +44,7 @@ pub mod site;
 pub mod spool;
 pub mod static_io;
 pub mod sys;
+pub mod tls;
 pub mod worker;
 
 pub use config::Config;

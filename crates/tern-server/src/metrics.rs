@@ -82,6 +82,17 @@ pub struct WorkerStats {
     /// Responses with a file body, by the I/O method that sends it
     /// (`static_io::METHODS` order).
     pub file_bodies: [Counter; 3],
+    /// TLS handshakes completed in full.
+    pub tls_full: Counter,
+    /// TLS handshakes that resumed a session (ticket or cache).
+    pub tls_resumed: Counter,
+    /// TLS connections that ended before their handshake completed
+    /// (refused, timed out, not TLS at all).
+    pub tls_failed: Counter,
+    /// Completed handshakes by version: TLS 1.2, TLS 1.3.
+    pub tls_versions: [Counter; 2],
+    /// TLS connections open in this worker (gauge).
+    pub tls_active: Counter,
 }
 
 impl WorkerStats {
@@ -188,6 +199,11 @@ pub struct Totals {
     pub compress_misses: u64,
     pub compress_deferred: u64,
     pub file_bodies: [u64; 3],
+    pub tls_full: u64,
+    pub tls_resumed: u64,
+    pub tls_failed: u64,
+    pub tls_versions: [u64; 2],
+    pub tls_active: u64,
 }
 
 impl Totals {
@@ -220,6 +236,13 @@ impl Totals {
             for (sum, c) in t.file_bodies.iter_mut().zip(&w.file_bodies) {
                 *sum += c.get();
             }
+            t.tls_full += w.tls_full.get();
+            t.tls_resumed += w.tls_resumed.get();
+            t.tls_failed += w.tls_failed.get();
+            for (sum, c) in t.tls_versions.iter_mut().zip(&w.tls_versions) {
+                *sum += c.get();
+            }
+            t.tls_active += w.tls_active.get();
         }
         t
     }

@@ -28,6 +28,9 @@ pub enum Framing {
 pub struct Params<'a> {
     pub date: &'a [u8; 29],
     pub server: &'a str,
+    /// Header lines every response on the connection carries (HSTS over
+    /// HTTPS), each ending in CRLF.
+    pub fields: &'a [u8],
     pub head_only: bool,
     pub http10: bool,
     pub keep_alive: bool,
@@ -37,6 +40,7 @@ pub struct Reply<'q> {
     out: &'q mut OutQueue,
     date: [u8; 29],
     server: &'q str,
+    fields: &'q [u8],
     head_only: bool,
     http10: bool,
     /// Whether the connection stays open after this response; a handler
@@ -52,15 +56,16 @@ impl<'q> Reply<'q> {
         out: &'q mut OutQueue,
         date: &[u8; 29],
         server: &'q str,
+        fields: &'q [u8],
         head_only: bool,
         http10: bool,
         keep_alive: bool,
     ) -> Self {
-        Reply { out, date: *date, server, head_only, http10, keep_alive, status: 0, body_len: 0 }
+        Reply { out, date: *date, server, fields, head_only, http10, keep_alive, status: 0, body_len: 0 }
     }
 
     pub fn with(out: &'q mut OutQueue, p: &Params<'q>) -> Self {
-        Reply::new(out, p.date, p.server, p.head_only, p.http10, p.keep_alive)
+        Reply::new(out, p.date, p.server, p.fields, p.head_only, p.http10, p.keep_alive)
     }
 
     /// Starts the head: status line, `Server`, `Date`.
@@ -72,6 +77,7 @@ impl<'q> Reply<'q> {
             response::header(buf, "Server", self.server.as_bytes());
         }
         response::header(buf, "Date", &self.date);
+        buf.extend_from_slice(self.fields);
     }
 
     pub fn header(&mut self, name: &str, value: &[u8]) {

@@ -19,6 +19,7 @@ use crate::service_records::RecordTarget;
 use crate::shared::Shared;
 use crate::site::Site;
 use crate::static_io::StaticIo;
+use crate::tls::{self, Role};
 use crate::{calibrate, error_log, listeners, privileges, sys};
 
 /// What a signal asks of a running server.
@@ -39,7 +40,7 @@ pub struct Server {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
     wakers: Vec<Arc<mio::Waker>>,
-    addrs: Vec<SocketAddr>,
+    addrs: Vec<(SocketAddr, Role)>,
     /// Duplicates of the workers' listening sockets, for a successor.
     handover: Vec<std::net::TcpListener>,
     /// The workers' inboxes, for the server this one replaces.
@@ -77,7 +78,9 @@ struct Prepared {
     records: RecordTarget,
     /// Per worker, one socket per address.
     per_worker: Vec<Vec<socket2::Socket>>,
-    addrs: Vec<SocketAddr>,
+    addrs: Vec<(SocketAddr, Role)>,
+    /// Certificates read, when some address serves HTTPS.
+    tls: Option<tls::Setup>,
 }
 
 impl Prepared {
@@ -94,6 +97,7 @@ impl Prepared {
             StartError::Config(format!("{}: cannot open {}: {e}", at("service_records"), config.log.service_records))
         })?;
         let workers = if config.server.workers == 0 { sys::usable_cpus() } else { config.server.workers };
+        let mut tls = tls::Setup::load(&config.tls).map_err(StartError::Config)?;
 
         // Each worker gets its own SO_REUSEPORT socket per address; the
         // first one fixes the port when the configuration asks for port 0.
@@ -102,7 +106,12 @@ impl Prepared {
         let mut per_worker: Vec<Vec<socket2::Socket>> = (0..workers).map(|_| Vec::new()).collect();
         let mut addrs = Vec::new();
         let mut inherited = inherited;
-        for listen in &config.server.listen {
+        let roles = [
+            (Role::Http, &config.server.listen),
+            (Role::Https, &config.tls.listen),
+            (Role::Redirect, &config.tls.redirect),
+        ];
+        for (role, listen) in roles.into_iter().flat_map(|(role, l)| l.iter().map(move |l| (role, l))) {
             // The addresses of one entry (`localhost:0`) share the port the
             // first one gets.
             let mut port = 0;
@@ -128,10 +137,13 @@ impl Prepared {
                     per_worker[i % workers].push(socket2::Socket::from(l));
                 }
                 port = addr.port();
-                addrs.push(addr);
+                addrs.push((addr, role));
             }
         }
-        let prepared = Prepared { config, access, records, per_worker, addrs };
+        if let Some(tls) = tls.as_mut() {
+            tls.bound(&addrs);
+        }
+        let prepared = Prepared { config, access, records, per_worker, addrs, tls };
         prepared.refuse_taken()?;
         Ok(prepared)
     }
@@ -171,7 +183,7 @@ impl Server {
     /// free, `server.user` known, document root, CGI settings), then lets it
     /// all go: nothing listens, no worker runs, no privilege is dropped.
     /// Returns the addresses it bound.
-    pub fn check(config: Config) -> Result<Vec<SocketAddr>, StartError> {
+    pub fn check(config: Config) -> Result<Vec<(SocketAddr, Role)>, StartError> {
         let prepared = Prepared::new(config, Vec::new())?;
         let s = &prepared.config.server;
         if !s.user.is_empty() {
@@ -201,7 +213,7 @@ impl Server {
         drop_privileges(&prepared.config)?;
         let (site, io) = prepared.site()?;
         let io = Arc::new(io);
-        let Prepared { config, access, records, per_worker, addrs } = prepared;
+        let Prepared { config, access, records, per_worker, addrs, tls } = prepared;
         if site.cgi.refuses_as_root() && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty()) {
             log!(
                 Level::Warn,
@@ -230,6 +242,7 @@ impl Server {
             records,
             io: io.clone(),
             per_ip,
+            tls,
             successor: std::sync::OnceLock::new(),
         });
         let mut threads = Vec::with_capacity(workers);
@@ -271,8 +284,9 @@ impl Server {
         self.handover.iter().map(std::net::TcpListener::try_clone).collect()
     }
 
-    /// The bound addresses (with real ports where port 0 was asked for).
-    pub fn local_addrs(&self) -> &[SocketAddr] {
+    /// The bound addresses (with real ports where port 0 was asked for)
+    /// and what each serves.
+    pub fn local_addrs(&self) -> &[(SocketAddr, Role)] {
         &self.addrs
     }
 

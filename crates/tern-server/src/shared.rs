@@ -15,6 +15,7 @@ use crate::per_ip::PerIp;
 use crate::service_records::RecordTarget;
 use crate::site::Site;
 use crate::static_io::StaticIo;
+use crate::tls;
 use crate::worker::{Watcher, Worker};
 
 pub struct Shared {
@@ -31,6 +32,9 @@ pub struct Shared {
     /// Connections per client address, when `limits.max_connections_per_ip`
     /// is set.
     pub per_ip: Option<PerIp>,
+    /// Certificates and session state when some address serves HTTPS
+    /// (or redirects to it).
+    pub tls: Option<tls::Setup>,
     /// The server that replaces this one on reload: where its connections
     /// go once idle. Set once, before the workers are told to hand over.
     pub successor: OnceLock<Arc<Doors>>,

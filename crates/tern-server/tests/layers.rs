@@ -19,7 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("connection", &["conn", "request_body", "shared", "handover", "per_ip"]),
     ("site", &["site"]),
     ("compression", &["compress"]),
-    ("what a worker lends, output", &["worker", "reply", "body", "static_io", "calibrate"]),
+    ("what a worker lends, output", &["worker", "reply", "body", "tls", "static_io", "calibrate"]),
     (
         "files and records",
         &[

@@ -53,7 +53,7 @@ fn help_documents_the_flags_and_the_mix_format() {
 
 #[test]
 fn a_bad_url_is_a_clear_error() {
-    for (url, needle) in [("https://127.0.0.1/", "https is not supported"), ("127.0.0.1:80/", "http://")] {
+    for (url, needle) in [("ftp://127.0.0.1/", "http:// or https://"), ("127.0.0.1:80/", "http://")] {
         let out = tern(&["-n", "1", url]);
         assert_eq!(out.status.code(), Some(2), "{url}");
         let err = text(&out.stderr);

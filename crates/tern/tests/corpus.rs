@@ -83,38 +83,59 @@ fn corpus_labels_hold_for_every_io_method() {
     let site = common::site();
     for io in IO_METHODS {
         let mut tern = Tern::start(&site.root, io, "", &[]);
-        let mut failures = Vec::new();
-        let mut gated = 0;
-        for v in &vectors {
-            let (response, closed) = exchange_until_close(tern.addr, &v.raw, Duration::from_secs(1));
-            let codes = statuses(&response);
-            // A refused request ends its connection: nothing after it is
-            // read as another request.
-            if codes.first().is_some_and(|c| REJECT.contains(c)) && (codes.len() != 1 || !closed) {
-                failures.push(format!(
-                    "{}: refused with {codes:?} but the connection {}",
-                    v.id,
-                    if closed { "answered more" } else { "stayed open" }
-                ));
-            }
-            if v.id == USERINFO_DEVIATION {
-                assert_eq!(codes.first(), Some(&400), "{io}: {}", v.id);
-                continue;
-            }
-            match verdict(&v.expect, &codes) {
-                Some(true) => gated += 1,
-                Some(false) => failures.push(format!("{} expected {} got {:?}", v.id, v.expect, codes)),
-                None => {}
-            }
-        }
+        let addr = tern.addr;
+        replay(&vectors, io, |raw| exchange_until_close(addr, raw, Duration::from_secs(1)));
         assert!(tern.alive(), "{io}: server died during the corpus");
-        assert!(
-            failures.is_empty(),
-            "{io}: {} of {} gated vectors failed:\n{}",
-            failures.len(),
-            gated + failures.len(),
-            failures.join("\n")
-        );
-        assert!(gated > 200, "{io}: only {gated} gated vectors checked");
     }
+}
+
+/// The same labels over HTTPS: TLS is a layer under the one parser.
+#[test]
+fn corpus_labels_hold_over_tls() {
+    let vectors = vectors();
+    let site = common::site();
+    let ca = common::tls::Ca::new("corpus CA");
+    let (cert, key, _) = ca.leaf(site.dir.path(), "site", &["localhost"]);
+    let mut tern = Tern::start(&site.root, "mmap", &common::tls::section(&cert, &key), &[]);
+    let addr = common::tls::https_addr(&tern);
+    let client = common::tls::client(&ca);
+    replay(&vectors, "tls", |raw| common::tls::exchange_until_close(&client, addr, raw, Duration::from_secs(1)));
+    assert!(tern.alive(), "server died during the corpus over TLS");
+}
+
+/// Sends every vector with `exchange` (bytes in; response and whether the
+/// server closed out) and asserts the labels.
+fn replay(vectors: &[Vector], name: &str, exchange: impl Fn(&[u8]) -> (Vec<u8>, bool)) {
+    let mut failures = Vec::new();
+    let mut gated = 0;
+    for v in vectors {
+        let (response, closed) = exchange(&v.raw);
+        let codes = statuses(&response);
+        // A refused request ends its connection: nothing after it is
+        // read as another request.
+        if codes.first().is_some_and(|c| REJECT.contains(c)) && (codes.len() != 1 || !closed) {
+            failures.push(format!(
+                "{}: refused with {codes:?} but the connection {}",
+                v.id,
+                if closed { "answered more" } else { "stayed open" }
+            ));
+        }
+        if v.id == USERINFO_DEVIATION {
+            assert_eq!(codes.first(), Some(&400), "{name}: {}", v.id);
+            continue;
+        }
+        match verdict(&v.expect, &codes) {
+            Some(true) => gated += 1,
+            Some(false) => failures.push(format!("{} expected {} got {:?}", v.id, v.expect, codes)),
+            None => {}
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{name}: {} of {} gated vectors failed:\n{}",
+        failures.len(),
+        gated + failures.len(),
+        failures.join("\n")
+    );
+    assert!(gated > 200, "{name}: only {gated} gated vectors checked");
 }

@@ -54,6 +54,7 @@ pub mod report;
 pub mod response;
 pub mod stats;
 pub mod timeline;
+pub mod tls;
 mod worker;
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -117,6 +118,8 @@ pub struct Options {
     pub progress: bool,
     /// The mix file the plan came from, named by the summary.
     pub mix_file: Option<PathBuf>,
+    /// For `https://` URLs: trust and resumption.
+    pub tls: tls::TlsOptions,
 }
 
 impl Default for Options {
@@ -133,6 +136,7 @@ impl Default for Options {
             timeline: None,
             progress: false,
             mix_file: None,
+            tls: tls::TlsOptions::default(),
         }
     }
 }
@@ -219,6 +223,7 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
     }
     let threads = opts.threads.clamp(1, opts.connections);
     let addr = reach(&plan.url, opts.timeout)?;
+    let tls_config = if plan.url.tls { Some(tls::client_config(&opts.tls).map_err(LoadError::Option)?) } else { None };
 
     let start = Instant::now();
     let measure_from = start + opts.warmup;
@@ -237,6 +242,7 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
             let setup = worker::Setup {
                 plan,
                 addr,
+                tls: tls_config.as_ref(),
                 connections,
                 conn_base,
                 budget: budget.map(|n| share(n, i)),

@@ -35,9 +35,11 @@ pub enum PlanError {
     ScheduleTooLong(u64),
 }
 
-/// A parsed `http://` URL.
+/// A parsed `http://` or `https://` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
+    /// `https://`: requests go over TLS.
+    pub tls: bool,
     /// Host as written, IPv6 literals keeping their brackets (as in `Host:`).
     pub host: String,
     pub port: u16,
@@ -49,12 +51,12 @@ impl Url {
     pub fn parse(url: &str) -> Result<Url, PlanError> {
         let fail = |reason: &str| PlanError::Url { url: url.to_string(), reason: reason.to_string() };
         let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
-        let rest = if lower.starts_with("http://") {
-            &url[7..]
+        let (tls, rest) = if lower.starts_with("http://") {
+            (false, &url[7..])
         } else if lower.starts_with("https://") {
-            return Err(fail("https is not supported: tern bench speaks plain HTTP/1.1"));
+            (true, &url[8..])
         } else {
-            return Err(fail("it must start with http://"));
+            return Err(fail("it must start with http:// or https://"));
         };
         let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (authority, mut target) = rest.split_at(end);
@@ -74,6 +76,7 @@ impl Url {
             return Err(fail("no host"));
         }
         let port = match port {
+            "" if tls => 443,
             "" => 80,
             p => {
                 let digits = p.strip_prefix(':').ok_or_else(|| fail("junk after the host"))?;
@@ -94,12 +97,12 @@ impl Url {
         if target.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err(fail("spaces and control characters must be percent-encoded"));
         }
-        Ok(Url { host: host.to_string(), port, target })
+        Ok(Url { tls, host: host.to_string(), port, target })
     }
 
     /// `host` or `host:port`, as the `Host` header and connection key.
     pub fn authority(&self) -> String {
-        if self.port == 80 {
+        if self.port == if self.tls { 443 } else { 80 } {
             self.host.clone()
         } else {
             format!("{}:{}", self.host, self.port)
@@ -119,7 +122,8 @@ impl Url {
 
 impl fmt::Display for Url {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}{}", self.authority(), self.target)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority(), self.target)
     }
 }
 
@@ -176,8 +180,9 @@ impl Plan {
     ) -> Result<Plan, PlanError> {
         let first = specs.first().expect("a plan has at least one request");
         for spec in specs {
-            if spec.url.host != first.url.host || spec.url.port != first.url.port {
-                return Err(PlanError::MixedServers { first: first.url.authority(), other: spec.url.authority() });
+            if spec.url.host != first.url.host || spec.url.port != first.url.port || spec.url.tls != first.url.tls {
+                let server = |u: &Url| u.with_target("").to_string();
+                return Err(PlanError::MixedServers { first: server(&first.url), other: server(&spec.url) });
             }
         }
         let requests =
@@ -383,8 +388,13 @@ mod tests {
         assert_eq!((u.host.as_str(), u.host_for_lookup(), u.port), ("[::1]", "::1", 81));
         assert_eq!(u.target, "/?q");
         assert_eq!(u.authority(), "[::1]:81");
+        let u = Url::parse("https://h/x").unwrap();
+        assert_eq!(
+            (u.tls, u.port, u.authority(), u.to_string()),
+            (true, 443, "h".to_string(), "https://h/x".to_string())
+        );
+        assert_eq!(Url::parse("https://h:8443").unwrap().authority(), "h:8443");
         for bad in [
-            "https://x/",
             "ftp://x/",
             "example.com/",
             "http:///path",
@@ -487,7 +497,7 @@ mod tests {
             ("/a\n\n  @bogus\n", 3, "unknown directive"),
             ("/a\n  Bad Header\n", 2, "Name: value"),
             ("1 G(ET /a\n", 1, "bad method"),
-            ("https://x/\n", 1, "https"),
+            ("ftp://x/\n", 1, "https://"),
             ("/a\n  @body-file does-not-exist\n", 2, "cannot read"),
         ];
         let base = Url::parse("http://h/").unwrap();

@@ -35,6 +35,7 @@ use super::plan::Plan;
 use super::response::{ResponseParser, MAX_LINE};
 use super::stats::{micros, ErrorClass, Stats, LATE_AFTER};
 use super::timeline::Row;
+use super::tls;
 
 /// The open-loop timer's token; connections use their slot index.
 const TIMER: Token = Token(usize::MAX);
@@ -67,6 +68,8 @@ pub struct OpenLoop {
 pub struct Setup<'a> {
     pub plan: &'a Plan,
     pub addr: SocketAddr,
+    /// For `https://`: the client configuration all connections share.
+    pub tls: Option<&'a std::sync::Arc<rustls::ClientConfig>>,
     /// Connections of this thread, and the global number of the first one.
     pub connections: usize,
     pub conn_base: usize,
@@ -128,6 +131,8 @@ enum Phase {
 
 struct Conn {
     stream: Option<TcpStream>,
+    /// The TLS session over `stream` (`https://`).
+    tls: Option<Box<rustls::ClientConnection>>,
     phase: Phase,
     inflight: VecDeque<InFlight>,
     /// `inflight[unsent..]` are not completely written; `unsent_off` bytes
@@ -324,6 +329,7 @@ impl<'a> Worker<'a> {
         let conns = (0..setup.connections)
             .map(|_| Conn {
                 stream: None,
+                tls: None,
                 phase: Phase::Idle,
                 inflight: VecDeque::with_capacity(depth),
                 unsent: 0,
@@ -510,12 +516,17 @@ impl<'a> Worker<'a> {
     fn connect(&mut self, slot: usize, now: Instant) -> io::Result<()> {
         let mut stream = TcpStream::connect(self.setup.addr)?;
         stream.set_nodelay(true)?;
+        let tls = match self.setup.tls {
+            Some(config) => Some(tls::session(config, self.setup.plan.url.host_for_lookup())?),
+            None => None,
+        };
         self.poll.registry().register(&mut stream, Token(slot), Interest::READABLE | Interest::WRITABLE)?;
         if now >= self.setup.measure_from {
             self.stats.connects += 1;
         }
         let c = &mut self.conns[slot];
         c.stream = Some(stream);
+        c.tls = tls;
         c.phase = Phase::Connecting;
         Ok(())
     }
@@ -535,6 +546,14 @@ impl<'a> Worker<'a> {
             self.flush(slot);
         } else if writable && self.conns[slot].unsent < self.conns[slot].inflight.len() {
             self.flush(slot);
+        } else if writable {
+            // Records (a handshake flight, requests) held by a full socket.
+            let c = &mut self.conns[slot];
+            if let (Some(tls), Some(stream)) = (c.tls.as_mut(), c.stream.as_mut()) {
+                if tls::send(tls, stream).is_err() {
+                    return self.fail(slot, ErrorClass::Write, Instant::now());
+                }
+            }
         }
         if (readable || read_closed) && self.conns[slot].phase == Phase::Open {
             self.read(slot, read_closed);
@@ -557,7 +576,11 @@ impl<'a> Worker<'a> {
                 iov[i] = IoSlice::new(if i == 0 { &bytes[c.unsent_off..] } else { bytes });
                 n_iov = i + 1;
             }
-            let result = if n_iov == 1 { stream.write(&iov[0]) } else { stream.write_vectored(&iov[..n_iov]) };
+            let result = match c.tls.as_mut() {
+                Some(tls) => tls::write(tls, stream, &iov[..n_iov]),
+                None if n_iov == 1 => stream.write(&iov[0]),
+                None => stream.write_vectored(&iov[..n_iov]),
+            };
             match result {
                 Ok(0) => return self.fail(slot, ErrorClass::Write, Instant::now()),
                 Ok(mut n) => {
@@ -600,7 +623,12 @@ impl<'a> Worker<'a> {
             let carried = c.carry.len();
             rbuf[..carried].copy_from_slice(&c.carry);
             let room = READ_CHUNK.min(rbuf.len() - carried);
-            let n = match stream.read(&mut rbuf[carried..carried + room]) {
+            let buf = &mut rbuf[carried..carried + room];
+            let read = match c.tls.as_mut() {
+                Some(tls) => tls::read(tls, stream, buf),
+                None => stream.read(buf),
+            };
+            let n = match read {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -639,7 +667,9 @@ impl<'a> Worker<'a> {
                 }
             }
             self.conns[slot].carry.extend_from_slice(&data[pos..]);
-            if n < room && !read_closed {
+            // A short read drained the socket; through TLS only
+            // `WouldBlock` says so.
+            if n < room && !read_closed && self.conns[slot].tls.is_none() {
                 return;
             }
         }
@@ -750,6 +780,7 @@ impl<'a> Worker<'a> {
         if let Some(mut stream) = c.stream.take() {
             let _ = self.poll.registry().deregister(&mut stream);
         }
+        c.tls = None;
         c.phase = Phase::Idle;
         c.unsent = 0;
         c.unsent_off = 0;

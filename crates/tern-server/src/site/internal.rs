@@ -13,6 +13,7 @@ use crate::config::WhenFull;
 use crate::metrics::{Ending, Totals};
 use crate::reply::Reply;
 use crate::static_io::METHODS;
+use crate::tls;
 use crate::worker::Worker;
 
 const TIMEOUT_NAMES: [&str; 4] = ["idle", "header", "body", "send"];
@@ -83,6 +84,13 @@ pub fn serve(
             },
             "compression": compression_json(compression, &t),
             "fastcgi": fastcgi_json(fastcgi),
+            "tls": {
+                "connections": t.tls_active,
+                "handshakes": { "full": t.tls_full, "resumed": t.tls_resumed, "failed": t.tls_failed },
+                "versions": { "TLSv1.2": t.tls_versions[0], "TLSv1.3": t.tls_versions[1] },
+                "ktls": if tls::kernel_tls() { "offered by the kernel, not used yet" }
+                        else { "not available: this kernel does not offer the tls ULP" },
+            },
         });
         let mut text = serde_json::to_vec_pretty(&body).unwrap_or_default();
         text.push(b'\n');
@@ -334,5 +342,11 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
     let methods: Vec<String> = METHODS.iter().map(|m| format!("{{method=\"{}\"}}", m.name())).collect();
     let bodies: Vec<(&str, u64)> = methods.iter().map(String::as_str).zip(t.file_bodies).collect();
     metric("file_bodies_total", "counter", "Responses with a file body, by the I/O method sending it.", &bodies);
+    metric("tls_connections_active", "gauge", "Open TLS connections.", &[("", t.tls_active)]);
+    let kinds =
+        [("{kind=\"full\"}", t.tls_full), ("{kind=\"resumed\"}", t.tls_resumed), ("{kind=\"failed\"}", t.tls_failed)];
+    metric("tls_handshakes_total", "counter", "TLS handshakes, by outcome.", &kinds);
+    let versions = [("{version=\"TLSv1.2\"}", t.tls_versions[0]), ("{version=\"TLSv1.3\"}", t.tls_versions[1])];
+    metric("tls_versions_total", "counter", "Completed TLS handshakes, by protocol version.", &versions);
     s
 }

@@ -78,6 +78,17 @@ pub struct Args {
     /// handshake is then part of every request's latency).
     #[arg(long)]
     pub no_keepalive: bool,
+    /// https://: accept any server certificate.
+    #[arg(long, short = 'k')]
+    pub insecure: bool,
+    /// https://: trust the CA certificates in this PEM file (default: the
+    /// system's).
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure")]
+    pub cacert: Option<PathBuf>,
+    /// https://: a full handshake on every connection (no session
+    /// resumption).
+    #[arg(long)]
+    pub no_resumption: bool,
     /// Requests in flight per connection (HTTP/1.1 pipelining).
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub pipeline: usize,
@@ -172,6 +183,11 @@ pub fn load_run(args: &Args, progress: bool, ctrl_c: bool) -> anyhow::Result<loa
         timeline: args.timeline.clone(),
         progress,
         mix_file: args.mix.clone(),
+        tls: load::tls::TlsOptions {
+            insecure: args.insecure,
+            cacert: args.cacert.clone(),
+            no_resumption: args.no_resumption,
+        },
     };
     // An agent's runs stop on their own; Ctrl-C there stops the agent.
     let interrupt = if ctrl_c { load::interrupt_on_ctrl_c()? } else { Default::default() };

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use tern_server::config::{IoChoice, Listen};
 use tern_server::server::{Retiring, Signal};
+use tern_server::tls::Role;
 use tern_server::{Config, Server};
 
 #[derive(clap::Args)]
@@ -101,9 +102,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut server = Server::start(config).context("cannot start")?;
     let c = server.config();
-    for addr in server.local_addrs() {
+    for (addr, role) in server.local_addrs() {
+        let scheme = role.scheme();
+        let redirect = if *role == Role::Redirect { ", redirecting to https" } else { "" };
         eprintln!(
-            "tern: listening on http://{addr}/ (root {}, io={}, workers={}, model=event)",
+            "tern: listening on {scheme}://{addr}/{redirect} (root {}, io={}, workers={}, model=event)",
             c.server.root.display(),
             c.static_files.io.name(),
             server.workers()
@@ -137,10 +140,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn reload(args: &Args, running: Server, retiring: &mut Vec<Retiring>) -> Server {
     let started = configuration(args).and_then(|mut config| {
         // Port 0 was resolved at the first start: keep the ports in use.
-        for addr in config.server.listen.iter_mut().flat_map(|l| l.addrs.iter_mut()) {
-            if addr.port() == 0 {
-                if let Some(bound) = running.local_addrs().iter().find(|a| a.ip() == addr.ip()) {
-                    *addr = *bound;
+        let lists = [
+            (Role::Http, &mut config.server.listen),
+            (Role::Https, &mut config.tls.listen),
+            (Role::Redirect, &mut config.tls.redirect),
+        ];
+        for (role, list) in lists {
+            for addr in list.iter_mut().flat_map(|l| l.addrs.iter_mut()) {
+                if addr.port() == 0 {
+                    if let Some((bound, _)) =
+                        running.local_addrs().iter().find(|(a, r)| a.ip() == addr.ip() && *r == role)
+                    {
+                        *addr = *bound;
+                    }
                 }
             }
         }

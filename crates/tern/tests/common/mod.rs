@@ -2,6 +2,8 @@
 //! ephemeral port, talk to it over real sockets.
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod tls;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};

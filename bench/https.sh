@@ -1,0 +1,304 @@
+#!/usr/bin/env bash
+# bench/https.sh: HTTPS benchmark of tern (rustls) against nginx and h2o (both
+# OpenSSL), side by side on 127.0.0.1 (issue 15), and testssl.sh against
+# tern's default TLS configuration.
+#
+# For each key type (ECDSA P-256, RSA-2048: one self-signed certificate for
+# localhost, the same file for every server), every server is up at once
+# with WORKERS workers, access logs off, the same session cache and tickets
+# on. Rows, per server: keep-alive requests/s for 1 KiB, 40 KiB and 1 MiB
+# files, and full handshakes/s (a new connection, no resumption, per
+# request; 1 KiB file). Every row is measured with wrk and with tern bench
+# (same connections, threads and duration), the runs interleaved per row so
+# noise from other work on the machine is shared, and reported side by side
+# with the ratios tern/nginx, tern/h2o and tern bench/wrk.
+# Then testssl.sh (Debian package testssl.sh) runs against tern with the
+# default [tls] settings; findings rated above LOW or "NOT ok" are listed.
+# By default the servers are pinned to CPU 0 and the load generators to CPU 1.
+#
+# Usage: bench/https.sh [options]      (each option also has an env variable)
+#   -d, --duration S      seconds per run                    DUR=5
+#   -c, --connections N   connections (keep-alive rows)      CONNS=32
+#       --hs-connections N connections (handshake row)       HS_CONNS=8
+#   -w, --workers N       server workers                     WORKERS=1
+#       --keys LIST       comma list of ecdsa,rsa            KEYS=ecdsa,rsa
+#       --no-pin          do not pin                         PIN=0
+#       --skip-build      do not run cargo build             SKIP_BUILD=1
+#       --no-testssl      skip testssl.sh                    NO_TESTSSL=1
+#   -h, --help
+# Output: a table on stdout; configs, logs, raw outputs and results.tsv in
+# bench/out/https-YYYYmmdd-HHMMSS/.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/lib/common.sh
+source "$ROOT/bench/lib/common.sh"
+
+DUR=${DUR:-5}
+CONNS=${CONNS:-32}
+HS_CONNS=${HS_CONNS:-8}
+WORKERS=${WORKERS:-1}
+KEYS=${KEYS:-ecdsa,rsa}
+PIN=${PIN:-1}
+SKIP_BUILD=${SKIP_BUILD:-0}
+NO_TESTSSL=${NO_TESTSSL:-0}
+
+readonly PACKAGES=(nginx h2o wrk openssl curl testssl.sh procps)
+
+usage() {
+    local text
+    text=$(sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//')
+    if [[ ${1:-0} == 0 ]]; then echo "$text"; else echo "$text" >&2; fi
+    exit "${1:-0}"
+}
+
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        -d|--duration) DUR=$2; shift 2 ;;
+        -c|--connections) CONNS=$2; shift 2 ;;
+        --hs-connections) HS_CONNS=$2; shift 2 ;;
+        -w|--workers) WORKERS=$2; shift 2 ;;
+        --keys) KEYS=$2; shift 2 ;;
+        --no-pin) PIN=0; shift ;;
+        --skip-build) SKIP_BUILD=1; shift ;;
+        --no-testssl) NO_TESTSSL=1; shift ;;
+        -h|--help) usage 0 ;;
+        *) echo "unknown option: $1" >&2; usage 2 ;;
+    esac
+done
+for v in DUR CONNS HS_CONNS WORKERS; do
+    [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || bench_die "$v must be a positive integer (got '${!v}')"
+done
+IFS=, read -r -a KEY_LIST <<<"$KEYS"
+
+"$ROOT/scripts/ensure-packages.sh" "${PACKAGES[@]}"
+bench_start_run https
+bench_raise_fd_limit 4096 "the connections"
+trap 'for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
+
+SERVER_PIN=() CLIENT_PIN=()
+if [[ $PIN == 1 ]] && (($(nproc) >= 2)); then
+    SERVER_PIN=(taskset -c 0) CLIENT_PIN=(taskset -c 1)
+fi
+bench_build_tern
+((TERN_OK)) || bench_die "no tern binary"
+
+DOCROOT=$OUT/docroot
+mkdir -p "$DOCROOT"
+for size in 1k:1024 40k:40960 1m:1048576; do
+    head -c "${size#*:}" < <(yes 'tern https benchmark: the same bytes every run. 0123456789abcdefghijklmnopqrstuvwxyz') \
+        >"$DOCROOT/${size%%:*}.bin"
+done
+
+# cert KIND: $OUT/KIND.pem and $OUT/KIND.key for localhost and 127.0.0.1.
+cert() {
+    local kind=$1 alg
+    case $kind in
+        ecdsa) alg=(-newkey ec -pkeyopt ec_paramgen_curve:P-256) ;;
+        rsa) alg=(-newkey rsa:2048) ;;
+        *) bench_die "unknown key type $kind" ;;
+    esac
+    openssl req -x509 "${alg[@]}" -nodes -days 30 -subj /CN=localhost \
+        -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
+        -keyout "$OUT/$kind.key" -out "$OUT/$kind.pem" 2>/dev/null
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_https() {
+    local port=$1 i
+    for i in $(seq 1 100); do
+        curl -sk -o /dev/null "https://127.0.0.1:$port/1k.bin" && return 0
+        sleep 0.1
+    done
+    bench_die "nothing answers on https port $port (see $OUT)"
+}
+
+start_nginx() {
+    local kind=$1 port=$2 dir=$OUT/nginx-$kind
+    mkdir -p "$dir"
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+master_process on;
+user root;
+worker_processes $WORKERS;
+worker_rlimit_nofile $MAXFDS;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; use epoll; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nodelay on;
+    keepalive_requests 1000000000;
+    keepalive_timeout 300s;
+    open_file_cache max=1000 inactive=60s;
+    server_tokens off;
+    default_type application/octet-stream;
+    client_body_temp_path $dir/client_body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:SSL:10m;
+    ssl_session_tickets on;
+    server {
+        listen 127.0.0.1:$port ssl backlog=4096 reuseport;
+        ssl_certificate $OUT/$kind.pem;
+        ssl_certificate_key $OUT/$kind.key;
+        root $DOCROOT;
+    }
+}
+EOF
+    "${SERVER_PIN[@]}" nginx -c "$dir/nginx.conf" -p "$dir" >"$dir/stdout.log" 2>&1 &
+    BENCH_PIDS+=($!)
+}
+
+start_h2o() {
+    local kind=$1 port=$2 dir=$OUT/h2o-$kind
+    mkdir -p "$dir"
+    cat >"$dir/h2o.conf" <<EOF
+num-threads: $WORKERS
+max-connections: 4096
+user: root
+pid-file: $dir/h2o.pid
+error-log: $dir/error.log
+http1-request-timeout: 300
+ssl-session-resumption:
+  mode: all
+listen:
+  host: 127.0.0.1
+  port: $port
+  ssl:
+    certificate-file: $OUT/$kind.pem
+    key-file: $OUT/$kind.key
+    minimum-version: TLSv1.2
+hosts:
+  default:
+    paths:
+      /:
+        file.dir: $DOCROOT
+EOF
+    "${SERVER_PIN[@]}" h2o -c "$dir/h2o.conf" >"$dir/stdout.log" 2>&1 &
+    BENCH_PIDS+=($!)
+}
+
+start_tern() {
+    local kind=$1 port=$2 dir=$OUT/tern-$kind
+    mkdir -p "$dir"
+    cat >"$dir/tern.toml" <<EOF
+[server]
+listen = []
+root = "$DOCROOT"
+workers = $WORKERS
+max_connections = 4096
+[limits]
+keepalive_requests = 0
+[timeouts]
+keepalive = "300s"
+[log]
+access = "off"
+[tls]
+listen = ["127.0.0.1:$port"]
+certificates = [{ cert = "$OUT/$kind.pem", key = "$OUT/$kind.key" }]
+EOF
+    "${SERVER_PIN[@]}" "$TERN_BIN" serve --config "$dir/tern.toml" >"$dir/stdout.log" 2>"$dir/stderr.log" &
+    BENCH_PIDS+=($!)
+}
+
+# run_wrk PORT PATH CONNS HANDSHAKE(0|1): requests/s.
+run_wrk() {
+    local port=$1 path=$2 conns=$3 hs=$4 extra=() out
+    ((hs)) && extra=(-H "Connection: close")
+    out=$("${CLIENT_PIN[@]}" wrk -t1 -c"$conns" -d"${DUR}s" "${extra[@]}" "https://127.0.0.1:$port$path" 2>&1) || true
+    echo "$out" >>"$OUT/wrk.log"
+    awk '/^Requests\/sec:/ {print $2}' <<<"$out"
+}
+
+# run_bench PORT PATH CONNS HANDSHAKE(0|1): requests/s.
+run_bench() {
+    local port=$1 path=$2 conns=$3 hs=$4 extra=() out
+    ((hs)) && extra=(--no-keepalive --no-resumption)
+    out=$("${CLIENT_PIN[@]}" "$TERN_BIN" bench -t1 -c"$conns" -d"${DUR}s" --insecure --json "${extra[@]}" \
+        "https://localhost:$port$path" 2>>"$OUT/bench.log") || true
+    echo "$out" >>"$OUT/bench.jsonl"
+    python3 -c 'import json,sys; print(round(json.loads(sys.stdin.read())["requests_per_s"], 1))' <<<"$out" 2>/dev/null || echo 0
+}
+
+RESULTS=$OUT/results.tsv
+printf 'key\trow\tserver\twrk_rps\ttern_bench_rps\n' >"$RESULTS"
+{
+    printf 'date\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    printf 'git_commit\t%s\n' "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    printf 'nproc\t%s\n' "$(nproc)"
+    printf 'loadavg_start\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+    printf 'nginx\t%s\n' "$(nginx -v 2>&1 | head -n1)"
+    printf 'h2o\t%s\n' "$(h2o --version 2>&1 | head -n1)"
+    printf 'openssl\t%s\n' "$(openssl version)"
+    printf 'settings\tduration %ss, %s connections (handshakes: %s), %s worker(s), pinning %s\n' \
+        "$DUR" "$CONNS" "$HS_CONNS" "$WORKERS" "$( ((${#SERVER_PIN[@]})) && echo on || echo off)"
+} >"$OUT/meta.tsv"
+
+for kind in "${KEY_LIST[@]}"; do
+    cert "$kind"
+    declare -A PORTS=([nginx]=$(free_port) [h2o]=$(free_port) [tern]=$(free_port))
+    start_nginx "$kind" "${PORTS[nginx]}"
+    start_h2o "$kind" "${PORTS[h2o]}"
+    start_tern "$kind" "${PORTS[tern]}"
+    for s in nginx h2o tern; do wait_https "${PORTS[$s]}"; done
+    for row in 1k 40k 1m handshakes; do
+        path=/$row.bin conns=$CONNS hs=0
+        [[ $row == handshakes ]] && path=/1k.bin conns=$HS_CONNS hs=1
+        for s in nginx h2o tern; do
+            bench_log "$kind $row $s"
+            w=$(run_wrk "${PORTS[$s]}" "$path" "$conns" "$hs")
+            b=$(run_bench "${PORTS[$s]}" "$path" "$conns" "$hs")
+            printf '%s\t%s\t%s\t%s\t%s\n' "$kind" "$row" "$s" "${w:-0}" "${b:-0}" >>"$RESULTS"
+        done
+    done
+    for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    BENCH_PIDS=()
+done
+printf 'loadavg_end\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.tsv"
+
+python3 - "$RESULTS" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+table = {}
+for r in rows:
+    table.setdefault((r["key"], r["row"]), {})[r["server"]] = (float(r["wrk_rps"] or 0), float(r["tern_bench_rps"] or 0))
+def ratio(a, b):
+    return f"{a / b:.2f}" if b else "-"
+print("| key | row | tool | nginx req/s | h2o req/s | tern req/s | tern/nginx | tern/h2o |")
+print("|---|---|---|---:|---:|---:|---:|---:|")
+for (key, row), s in table.items():
+    for i, tool in enumerate(["wrk", "tern bench"]):
+        n, h, t = (s.get(x, (0, 0))[i] for x in ("nginx", "h2o", "tern"))
+        print(f"| {key} | {row} | {tool} | {n:.0f} | {h:.0f} | {t:.0f} | {ratio(t, n)} | {ratio(t, h)} |")
+print()
+print("| key | row | server | tern bench / wrk |")
+print("|---|---|---|---:|")
+for (key, row), s in table.items():
+    for server, (w, b) in s.items():
+        print(f"| {key} | {row} | {server} | {ratio(b, w)} |")
+EOF
+
+if [[ $NO_TESTSSL != 1 ]]; then
+    cert ecdsa
+    port=$(free_port)
+    start_tern ecdsa "$port"
+    wait_https "$port"
+    bench_log "testssl.sh against tern's default TLS settings (port $port)"
+    testssl.sh --quiet --color 0 --warnings off --jsonfile "$OUT/testssl.json" "127.0.0.1:$port" >"$OUT/testssl.txt" 2>&1 || true
+    python3 - "$OUT/testssl.json" <<'EOF'
+import json, sys
+findings = json.load(open(sys.argv[1]))
+bad = [f for f in findings if f.get("severity") in ("MEDIUM", "HIGH", "CRITICAL") or "NOT ok" in f.get("finding", "")]
+print(f"testssl.sh: {len(findings)} findings, {len(bad)} rated MEDIUM or worse or NOT ok")
+for f in bad:
+    print(f"  {f['id']}: {f['severity']}: {f['finding']}")
+EOF
+fi
+bench_log "results in $OUT"

@@ -1,0 +1,449 @@
+//! HTTPS: rustls as a layer inside the connection, not a second kind of
+//! connection.
+//!
+//! rustls is sans-I/O: the connection hands it the socket's bytes
+//! (`read_tls`) on the same readiness that drives plain HTTP, takes
+//! plaintext out into its receive buffer, and encrypts the output queue's
+//! segments into records it writes to the socket. So the handshake runs
+//! under the header clock and its minimum rate (a client that never
+//! finishes one is cut off like a slowloris), and every engine gets TLS.
+//!
+//! [`Setup`] is what a server builds from `[tls]` at start and reload: the
+//! certificates (a bad or mismatched key fails the start, so a reload keeps
+//! the running server), the session cache and ticket keys shared by all
+//! workers, and which listening addresses speak TLS or redirect to it.
+
+use std::io::{self, Read};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert, ServerSessionMemoryCache};
+use rustls::sign::CertifiedKey;
+use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection};
+
+use crate::config::{self, Level};
+use crate::error_log::log;
+use crate::metrics::WorkerStats;
+
+/// What a listening address serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Http,
+    Https,
+    /// Plain HTTP answering `308` to the HTTPS URL.
+    Redirect,
+}
+
+impl Role {
+    pub fn scheme(self) -> &'static str {
+        if self == Role::Https {
+            "https"
+        } else {
+            "http"
+        }
+    }
+}
+
+/// The server's TLS configuration, shared by its workers.
+pub struct Setup {
+    config: Arc<ServerConfig>,
+    /// Bound addresses that are not plain HTTP.
+    roles: Vec<(SocketAddr, Role)>,
+    /// `Strict-Transport-Security: …\r\n`, or empty.
+    hsts: Arc<[u8]>,
+    /// Where redirects point (the first HTTPS address's port).
+    https_port: u16,
+}
+
+impl Setup {
+    /// Reads the certificates and keys and builds the rustls configuration;
+    /// `None` when no address is served over HTTPS. Errors name the file
+    /// and what is wrong with it.
+    pub fn load(tls: &config::Tls) -> Result<Option<Setup>, String> {
+        if tls.listen.is_empty() {
+            return Ok(None);
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut certs = Vec::with_capacity(tls.certificates.len());
+        for c in &tls.certificates {
+            let key = load_pair(&c.cert, &c.key, &provider)?;
+            let names = c.names.iter().map(|n| n.trim_end_matches('.').to_ascii_lowercase()).collect();
+            certs.push((names, Arc::new(key)));
+        }
+        let versions: &[&'static rustls::SupportedProtocolVersion] = match tls.min_version {
+            config::TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+            config::TlsVersion::V1_3 => &[&rustls::version::TLS13],
+        };
+        let mut config = ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)
+            .map_err(|e| format!("tls: {e}"))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(BySni(certs)));
+        // HTTP/1.1 only for now; naming it lets HTTP/2 be added later
+        // without a client seeing a change.
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.session_storage = if tls.session_cache == 0 {
+            Arc::new(NoServerSessionStorage {})
+        } else {
+            ServerSessionMemoryCache::new(tls.session_cache)
+        };
+        if tls.tickets {
+            config.ticketer = rustls::crypto::ring::Ticketer::new().map_err(|e| format!("tls.tickets: {e}"))?;
+        }
+        let hsts = if tls.hsts.is_empty() {
+            Arc::from(&[][..])
+        } else {
+            Arc::from(format!("Strict-Transport-Security: {}\r\n", tls.hsts).into_bytes())
+        };
+        Ok(Some(Setup { config: Arc::new(config), roles: Vec::new(), hsts, https_port: 443 }))
+    }
+
+    /// Records the bound addresses (ports chosen by the kernel included).
+    pub fn bound(&mut self, addrs: &[(SocketAddr, Role)]) {
+        self.roles = addrs.iter().copied().filter(|(_, r)| *r != Role::Http).collect();
+        if let Some((a, _)) = addrs.iter().find(|(_, r)| *r == Role::Https) {
+            self.https_port = a.port();
+        }
+    }
+
+    /// What a connection accepted on `local` is for.
+    pub fn role(&self, local: SocketAddr) -> Role {
+        let covers = |l: &SocketAddr| {
+            l.port() == local.port()
+                && (l.ip() == local.ip() || (l.ip().is_unspecified() && l.is_ipv4() == local.is_ipv4()))
+        };
+        self.roles.iter().find(|(l, _)| covers(l)).map_or(Role::Http, |(_, r)| *r)
+    }
+
+    pub fn https_port(&self) -> u16 {
+        self.https_port
+    }
+
+    /// A session for a new connection.
+    pub fn session(&self, stats: &WorkerStats) -> Option<Box<Session>> {
+        match ServerConnection::new(self.config.clone()) {
+            Ok(mut conn) => {
+                conn.set_buffer_limit(Some(SEND_BUFFER));
+                stats.tls_active.add(1);
+                Some(Box::new(Session { conn, hsts: self.hsts.clone(), small: 0, started: false, done: false }))
+            }
+            Err(e) => {
+                log!(Level::Error, "cannot start a TLS session: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// Reads a chain and its key, and checks that they belong together.
+fn load_pair(cert: &Path, key: &Path, provider: &CryptoProvider) -> Result<CertifiedKey, String> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("tls.certificates: {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("tls.certificates: {}: no certificate in the file", cert.display()));
+    }
+    let der = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls.certificates: {}: {e}", key.display()))?;
+    CertifiedKey::from_der(chain, der, provider)
+        .map_err(|e| format!("tls.certificates: {} does not go with {}: {e}", key.display(), cert.display()))
+}
+
+/// The certificate for the name a client asks for (SNI), else the first.
+#[derive(Debug)]
+struct BySni(Vec<(Vec<String>, Arc<CertifiedKey>)>);
+
+impl ResolvesServerCert for BySni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let fallback = self.0.first().map(|(_, k)| k.clone());
+        let Some(name) = hello.server_name() else { return fallback };
+        let wildcard = name.split_once('.').map(|(_, parent)| parent);
+        let matches =
+            |n: &String| n.eq_ignore_ascii_case(name) || n.strip_prefix("*.").is_some_and(|p| Some(p) == wildcard);
+        self.0.iter().find(|(names, _)| names.iter().any(matches)).map(|(_, k)| k.clone()).or(fallback)
+    }
+}
+
+/// Encrypted bytes held before the socket must take them.
+const SEND_BUFFER: usize = 64 * 1024;
+/// The plaintext of a record that fits one TCP segment with its overhead.
+const SMALL_RECORD: usize = 1369;
+/// After an idle moment, the first bytes go in small records (about the
+/// initial congestion window), so a client can start on them as each
+/// segment arrives; then full 16 KiB records.
+const SMALL_BYTES: usize = 14 * 1024;
+
+/// The answer to plain HTTP on an HTTPS port (as nginx's).
+pub const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 51\r\nConnection: close\r\n\r\nThe plain HTTP request was sent to an HTTPS port.\r\n";
+
+/// What a read through TLS brought.
+pub enum Got {
+    /// Plaintext was added to the buffer.
+    Data,
+    Wait,
+    Eof,
+    Failed,
+    /// The first bytes were not TLS but (very likely) an HTTP request.
+    PlainHttp,
+}
+
+/// One connection's TLS state.
+pub struct Session {
+    conn: ServerConnection,
+    /// Header lines for every response (HSTS).
+    hsts: Arc<[u8]>,
+    /// Plaintext still to send in small records.
+    small: usize,
+    /// A byte of the client's arrived.
+    started: bool,
+    /// The handshake completed (and was counted).
+    done: bool,
+}
+
+/// The socket as rustls reads it, telling whether a read was short (the
+/// socket drained: the next readiness edge says when more comes) and what
+/// the first byte was.
+struct Reader<'a> {
+    sock: &'a TcpStream,
+    short: bool,
+    first: Option<u8>,
+}
+
+impl Read for Reader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (&mut &*self.sock).read(buf)?;
+        self.short = n < buf.len();
+        if n > 0 && self.first.is_none() {
+            self.first = Some(buf[0]);
+        }
+        Ok(n)
+    }
+}
+
+impl Session {
+    /// Moves what the socket has through TLS into `rbuf` (as far as its
+    /// capacity goes); `may_read` is the connection's edge state, `raw`
+    /// counts the bytes read (for the minimum rates).
+    pub fn fill(
+        &mut self,
+        sock: &TcpStream,
+        may_read: &mut bool,
+        eof_pending: bool,
+        rbuf: &mut Vec<u8>,
+        raw: &mut u64,
+        stats: &WorkerStats,
+    ) -> Got {
+        // Handshake records (or tickets) held back by a full socket.
+        if self.send_pending(sock).is_err() {
+            return Got::Failed;
+        }
+        loop {
+            let len = rbuf.len();
+            rbuf.resize(rbuf.capacity(), 0);
+            let read = self.conn.reader().read(&mut rbuf[len..]);
+            match read {
+                Ok(0) => {
+                    rbuf.truncate(len);
+                    // close_notify, or nothing to read into.
+                    return if rbuf.capacity() > len { Got::Eof } else { Got::Wait };
+                }
+                Ok(n) => {
+                    rbuf.truncate(len + n);
+                    return Got::Data;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => rbuf.truncate(len),
+                Err(_) => {
+                    // The peer closed without close_notify.
+                    rbuf.truncate(len);
+                    return Got::Eof;
+                }
+            }
+            if !*may_read {
+                return Got::Wait;
+            }
+            let mut reader = Reader { sock, short: false, first: None };
+            match self.conn.read_tls(&mut reader) {
+                Ok(0) => *may_read = false,
+                Ok(n) => {
+                    *raw += n as u64;
+                    if reader.short && !eof_pending {
+                        *may_read = false;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    *may_read = false;
+                    return Got::Wait;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return Got::Failed,
+            }
+            if !self.started && reader.first.is_some() {
+                self.started = true;
+                // Every TLS connection opens with a handshake record (22);
+                // a letter is a request line.
+                if reader.first.is_some_and(|b| b.is_ascii_alphabetic()) {
+                    stats.tls_failed.incr();
+                    self.done = true;
+                    return Got::PlainHttp;
+                }
+            }
+            if let Err(e) = self.conn.process_new_packets() {
+                log!(Level::Debug, "TLS: {e}");
+                // The alert rustls queued, best effort.
+                let _ = self.send_pending(sock);
+                stats.tls_failed.incr();
+                self.done = true;
+                return Got::Failed;
+            }
+            if !self.done && !self.conn.is_handshaking() {
+                self.done = true;
+                self.count_handshake(stats);
+            }
+            if self.send_pending(sock).is_err() {
+                return Got::Failed;
+            }
+        }
+    }
+
+    fn count_handshake(&self, stats: &WorkerStats) {
+        if self.conn.handshake_kind() == Some(HandshakeKind::Resumed) {
+            stats.tls_resumed.incr();
+        } else {
+            stats.tls_full.incr();
+        }
+        if self.conn.protocol_version() == Some(ProtocolVersion::TLSv1_3) {
+            stats.tls_versions[1].incr();
+        } else {
+            stats.tls_versions[0].incr();
+        }
+    }
+
+    /// Writes the records rustls holds; `Ok(false)` when the socket is
+    /// full.
+    pub fn send_pending(&mut self, sock: &TcpStream) -> io::Result<bool> {
+        while self.conn.wants_write() {
+            match self.conn.write_tls(&mut &*sock) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Header lines every response over this session carries.
+    pub fn fields(&self) -> &[u8] {
+        &self.hsts
+    }
+
+    /// A flush begins: after an idle moment (nothing held back by a full
+    /// socket) the next bytes go in small records.
+    pub fn start_flush(&mut self) {
+        if !self.conn.wants_write() {
+            self.small = SMALL_BYTES;
+        }
+    }
+
+    /// Encrypts as much of `bytes` as the send buffer takes: small records
+    /// first (see [`Session::start_flush`]), then full ones. Returns the
+    /// plaintext bytes taken.
+    pub fn write_plain(&mut self, bytes: &[u8]) -> usize {
+        use std::io::Write;
+        let mut taken = 0;
+        while self.small > 0 && taken < bytes.len() {
+            let piece = (bytes.len() - taken).min(SMALL_RECORD).min(self.small);
+            match self.conn.writer().write(&bytes[taken..taken + piece]) {
+                Ok(0) | Err(_) => return taken,
+                Ok(n) => {
+                    taken += n;
+                    self.small -= n;
+                }
+            }
+        }
+        if taken < bytes.len() {
+            taken += self.conn.writer().write(&bytes[taken..]).unwrap_or(0);
+        }
+        taken
+    }
+
+    /// Sends `close_notify` (before the socket's output is shut down).
+    pub fn close(&mut self, sock: &TcpStream) {
+        self.conn.send_close_notify();
+        let _ = self.send_pending(sock);
+    }
+
+    /// The session ends with its connection: counted as failed if the
+    /// handshake never completed.
+    pub fn end(&self, stats: &WorkerStats) {
+        if !self.done && self.started {
+            stats.tls_failed.incr();
+        }
+        stats.tls_active.set(stats.tls_active.get().saturating_sub(1));
+    }
+
+    /// Leaves this worker (handed to another server's worker on reload).
+    pub fn leave(&self, stats: &WorkerStats) {
+        stats.tls_active.set(stats.tls_active.get().saturating_sub(1));
+    }
+
+    /// Joins a worker (after [`Session::leave`]).
+    pub fn join(&self, stats: &WorkerStats) {
+        stats.tls_active.add(1);
+    }
+}
+
+/// Whether this kernel offers kTLS (`tls` among the TCP upper-layer
+/// protocols), read once. tern does not use it yet: where it is missing,
+/// the status page says so.
+pub fn kernel_tls() -> bool {
+    static OFFERED: OnceLock<bool> = OnceLock::new();
+    *OFFERED.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+            .is_ok_and(|ulps| ulps.split_whitespace().any(|u| u == "tls"))
+    })
+}
+
+/// Where a redirecting address sends a request: the same host (without its
+/// port), path and query over HTTPS on `port`.
+pub fn https_location(host: Option<&str>, local: SocketAddr, port: u16, path: &str, query: Option<&str>) -> String {
+    let name = match host {
+        Some(h) => match h.rsplit_once(':') {
+            Some((name, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => name.to_string(),
+            _ => h.to_string(),
+        },
+        None if local.is_ipv6() => format!("[{}]", local.ip()),
+        None => local.ip().to_string(),
+    };
+    let mut url = format!("https://{name}");
+    if port != 443 {
+        url.push_str(&format!(":{port}"));
+    }
+    url.push_str(path);
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    url
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirect_locations() {
+        let local: SocketAddr = "127.0.0.1:80".parse().unwrap();
+        assert_eq!(https_location(Some("example.com"), local, 443, "/a", None), "https://example.com/a");
+        assert_eq!(
+            https_location(Some("example.com:8080"), local, 8443, "/a", Some("x=1")),
+            "https://example.com:8443/a?x=1"
+        );
+        assert_eq!(https_location(Some("[::1]:80"), local, 443, "/", None), "https://[::1]/");
+        assert_eq!(https_location(Some("[::1]"), local, 443, "/", None), "https://[::1]/");
+        assert_eq!(https_location(None, local, 443, "/", None), "https://127.0.0.1/");
+    }
+}
