@@ -278,8 +278,13 @@ impl Conn {
         self.drive(shared, w)
     }
 
-    fn set_clock(&mut self, clock: Clock, now: Instant) {
-        self.timer = Timer { clock, start: now, bytes: 0 };
+    fn set_clock(&mut self, clock: Clock, w: &mut Worker<'_>) {
+        match (self.timer.clock == Clock::Idle, clock == Clock::Idle) {
+            (false, true) => w.idle += 1,
+            (true, false) => w.idle -= 1,
+            _ => {}
+        }
+        self.timer = Timer { clock, start: w.now, bytes: 0 };
     }
 
     fn drive(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
@@ -316,7 +321,7 @@ impl Conn {
                         Fill::Got => {
                             if self.timer.clock == Clock::Idle {
                                 let bytes = self.timer.bytes;
-                                self.set_clock(Clock::Header, w.now);
+                                self.set_clock(Clock::Header, w);
                                 self.timer.bytes = bytes;
                             }
                         }
@@ -428,7 +433,7 @@ impl Conn {
                     }
                 }
                 // A program that closed its output has a moment to exit.
-                self.set_clock(Clock::Exit, w.now);
+                self.set_clock(Clock::Exit, w);
                 None
             }
             Pump::Done { keep_alive } => {
@@ -437,7 +442,7 @@ impl Conn {
                 let r = b.job.response();
                 self.log_backend(w, &b, r.status, r.body_bytes);
                 self.phase = Phase::Send;
-                self.set_clock(Clock::Send, w.now);
+                self.set_clock(Clock::Send, w);
                 None
             }
             Pump::Fail(status) => {
@@ -485,7 +490,7 @@ impl Conn {
         let body_len = reply.body_len;
         self.log_backend(w, b, status, body_len);
         self.phase = Phase::Send;
-        self.set_clock(Clock::Send, w.now);
+        self.set_clock(Clock::Send, w);
     }
 
     fn log_backend(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
@@ -587,7 +592,7 @@ impl Conn {
                         }
                         self.body = Some((reader, req.head_len));
                         self.phase = Phase::Body;
-                        self.set_clock(Clock::Body, w.now);
+                        self.set_clock(Clock::Body, w);
                     }
                     _ => {
                         self.rpos += req.head_len;
@@ -780,7 +785,7 @@ impl Conn {
             http10: req.version == Version::Http10,
         }));
         self.phase = Phase::Backend;
-        self.set_clock(Clock::Backend, w.now);
+        self.set_clock(Clock::Backend, w);
     }
 
     /// Answers a request that could not be parsed (or timed out) and
@@ -812,19 +817,19 @@ impl Conn {
         self.keep_alive = false;
         self.body = None;
         self.phase = Phase::Send;
-        self.set_clock(Clock::Send, w.now);
+        self.set_clock(Clock::Send, w);
     }
 
     /// Decides whether to gather the next pipelined response into the same
     /// write or to start sending.
-    fn after_answer(&mut self, w: &Worker<'_>) {
+    fn after_answer(&mut self, w: &mut Worker<'_>) {
         let gather =
             self.keep_alive && self.rpos < self.rbuf.len() && self.out.gathers() && self.out.queued() < MAX_GATHERED;
         if gather {
             self.phase = Phase::Head;
         } else {
             self.phase = Phase::Send;
-            self.set_clock(Clock::Send, w.now);
+            self.set_clock(Clock::Send, w);
         }
     }
 
@@ -837,7 +842,7 @@ impl Conn {
         }
         self.phase = Phase::Head;
         let clock = if self.rpos < self.rbuf.len() { Clock::Header } else { Clock::Idle };
-        self.set_clock(clock, w.now);
+        self.set_clock(clock, w);
         None
     }
 
@@ -874,7 +879,7 @@ impl Conn {
         self.rpos = 0;
         self.rbuf.clear();
         self.phase = Phase::Linger;
-        self.set_clock(Clock::Linger, w.now);
+        self.set_clock(Clock::Linger, w);
         self.linger(w)
     }
 
@@ -985,7 +990,7 @@ impl Conn {
                 w.stats.status(400);
                 self.keep_alive = false;
                 self.phase = Phase::Send;
-                self.set_clock(Clock::Send, w.now);
+                self.set_clock(Clock::Send, w);
                 Fill::Got
             }
         }
@@ -1094,9 +1099,9 @@ impl Conn {
     /// The server began to stop: an idle connection gets [`STOP_GRACE`]
     /// (a request already on its way is answered, with `Connection:
     /// close`); one with a request in flight finishes it first.
-    pub fn begin_stop(&mut self, w: &Worker<'_>) {
+    pub fn begin_stop(&mut self, w: &mut Worker<'_>) {
         if self.timer.clock == Clock::Idle {
-            self.set_clock(Clock::Idle, w.now);
+            self.set_clock(Clock::Idle, w);
         }
     }
 
@@ -1136,7 +1141,7 @@ impl Conn {
 
     /// A connection handed over by a replaced server: it continues here as
     /// if its pending bytes had just been read.
-    pub fn adopt(key: usize, moved: Moved, w: &Worker<'_>) -> Conn {
+    pub fn adopt(key: usize, moved: Moved, w: &mut Worker<'_>) -> Conn {
         let mut conn = Conn::new(key, moved.stream, moved.peer, w);
         conn.may_read = true;
         if let Some(tls) = moved.tls {
@@ -1145,7 +1150,7 @@ impl Conn {
             conn.fresh = false;
         }
         if moved.pending.is_empty() {
-            conn.set_clock(Clock::Idle, w.now);
+            conn.set_clock(Clock::Idle, w);
         } else {
             conn.rbuf = moved.pending;
         }
@@ -1160,6 +1165,8 @@ impl Conn {
         if let Some(tls) = self.tls.take() {
             tls.end(w.stats);
         }
+        // Off the worker's idle count: it is ending.
+        self.set_clock(Clock::Linger, w);
         w.pool.give(std::mem::take(&mut self.rbuf));
         self.out.clear();
         let (buf, _) = self.out.release();

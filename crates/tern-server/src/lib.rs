@@ -37,6 +37,7 @@ pub mod reaper;
 pub mod reply;
 pub mod request_body;
 pub mod resolve;
+pub mod room;
 pub mod server;
 pub mod service_records;
 pub mod shared;

@@ -15,6 +15,7 @@ use crate::error_log::log;
 use crate::handover::Doors;
 use crate::metrics::{Ending, ServerStats};
 use crate::per_ip::PerIp;
+use crate::room::Room;
 use crate::service_records::RecordTarget;
 use crate::shared::Shared;
 use crate::site::Site;
@@ -243,6 +244,7 @@ impl Server {
             io: io.clone(),
             per_ip,
             tls,
+            room: Room::new(workers),
             successor: std::sync::OnceLock::new(),
         });
         let mut threads = Vec::with_capacity(workers);

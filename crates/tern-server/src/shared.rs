@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::handover::Doors;
 use crate::metrics::ServerStats;
 use crate::per_ip::PerIp;
+use crate::room::Room;
 use crate::service_records::RecordTarget;
 use crate::site::Site;
 use crate::static_io::StaticIo;
@@ -35,6 +36,9 @@ pub struct Shared {
     /// Certificates and session state when some address serves HTTPS
     /// (or redirects to it).
     pub tls: Option<tls::Setup>,
+    /// Idle connections per worker, so one at the connection cap can ask
+    /// another to make room.
+    pub room: Room,
     /// The server that replaces this one on reload: where its connections
     /// go once idle. Set once, before the workers are told to hand over.
     pub successor: OnceLock<Arc<Doors>>,

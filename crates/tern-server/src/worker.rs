@@ -88,6 +88,9 @@ pub struct Worker<'s> {
     /// This worker's listening sockets, while it accepts (their accept
     /// queue is part of the load signal).
     pub listeners: Vec<RawFd>,
+    /// Connections kept alive and idle between requests (kept by `Conn` as
+    /// its clock changes; the engine publishes it for `room.rs`).
+    pub idle: usize,
     /// Most connections open at once since memory was last given back.
     peak: usize,
 }
@@ -117,6 +120,7 @@ impl<'s> Worker<'s> {
             watcher,
             reaper: Reaper::new(config.cgi.kill_group),
             listeners: Vec::new(),
+            idle: 0,
             peak: 0,
         }
     }

@@ -118,6 +118,48 @@ fn an_idle_keep_alive_connection_makes_room_at_the_cap() {
 }
 
 #[test]
+fn at_the_cap_an_idle_connection_on_another_worker_makes_room() {
+    let site = common::site();
+    // Two workers (SO_REUSEPORT spreads connections between them by a hash
+    // of their addresses and ports); the cap is full of requests under way
+    // but for one idle connection, on whichever worker it landed.
+    let tern = Tern::start(&site.root, "sendfile", "[server]\nmax_connections = 4\n", &["--workers", "2"]);
+    let mut busy: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = TcpStream::connect(tern.addr).unwrap();
+            s.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n").unwrap();
+            s
+        })
+        .collect();
+    let mut idle = TcpStream::connect(tern.addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(get_small(&mut idle), 200);
+    // Each new client lands on either worker: on the idle one's half the
+    // time, else on the other, which holds only busy ones. Both must make
+    // room by closing the idle one; the new client is then the idle one.
+    for round in 0..8 {
+        // The server has marked the last answered connection idle.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut new = TcpStream::connect(tern.addr).unwrap();
+        new.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(get_small(&mut new), 200, "round {round}: refused while an idle connection held the cap");
+        let closed = match idle.read(&mut [0u8; 16]) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        };
+        assert!(closed, "round {round}: the idle connection was not closed to make room");
+        idle = new;
+    }
+    // Room for the status page.
+    busy.pop();
+    std::thread::sleep(Duration::from_millis(300));
+    let j = status_json(&tern);
+    assert_eq!(j["connections"]["evicted"].as_u64(), Some(8), "{j}");
+    assert_eq!(j["connections"]["rejected"].as_u64(), Some(0), "{j}");
+    drop(busy);
+}
+
+#[test]
 fn the_per_address_limit_refuses_only_the_address_over_it() {
     let site = common::site();
     std::fs::File::create(site.root.join("huge.bin")).unwrap().set_len(256 << 20).unwrap();

@@ -88,6 +88,8 @@ pub fn run(
             return;
         }
     };
+    let room_waker = waker.clone();
+    shared.room.lend_wake(index, Box::new(move || _ = room_waker.wake()));
     let _ = ready.send(Ok(waker));
     let mut w = shared.worker(index, Box::new(EpollWatcher(registry)));
     w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
@@ -141,6 +143,13 @@ pub fn run(
                     for moved in inbox.try_iter() {
                         adopt(shared, &mut w, &poll, &mut conns, moved, ending);
                     }
+                    // Another worker at the cap asked for room.
+                    for _ in 0..shared.room.take_asked(index) {
+                        if !evict_idle(shared, &mut w, &mut conns) {
+                            break;
+                        }
+                    }
+                    shared.room.publish(index, w.idle);
                 }
                 Token(t) if t > LISTENER_BASE - listeners.len() && ending == Ending::Running => {
                     backlog[LISTENER_BASE - t] = true;
@@ -166,10 +175,11 @@ pub fn run(
         // New connections after the turn's requests, a batch per listener.
         for (i, more) in backlog.iter_mut().enumerate() {
             if *more {
-                *more = accept(shared, &mut w, &poll, &listeners[i], &mut conns);
+                *more = accept(shared, &mut w, &poll, &listeners[i], &mut conns, index);
                 w.note_open(conns.len());
             }
         }
+        shared.room.publish(index, w.idle);
         if w.reaper.has_pending() {
             w.reaper.tick(w.now, &shared.server.cgi_running);
         }
@@ -188,7 +198,7 @@ pub fn run(
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
                 if ending == Ending::Stop {
-                    conns[key].begin_stop(&w);
+                    conns[key].begin_stop(&mut w);
                 }
                 settle(shared, &mut w, &poll, &mut conns, key, Status::Open, ending);
             }
@@ -256,8 +266,9 @@ fn adopt(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conns: &mut Slab<Conn
     }
     let entry = conns.vacant_entry();
     let key = entry.key();
-    let conn = Conn::adopt(key, moved, w);
+    let mut conn = Conn::adopt(key, moved, w);
     if !register(shared, w, poll, &conn, key) {
+        conn.recycle(w);
         return;
     }
     entry.insert(conn);
@@ -317,6 +328,7 @@ fn accept(
     poll: &Poll,
     listener: &mio::net::TcpListener,
     conns: &mut Slab<Conn>,
+    index: usize,
 ) -> bool {
     for _ in 0..ACCEPT_BATCH {
         let (stream, peer) = match listener.accept() {
@@ -337,8 +349,11 @@ fn accept(
             refuse(w, stream, peer, Refusal::PerIp);
             continue;
         }
+        // At the cap: this worker's longest-idle connection makes room,
+        // else another worker's (`room.rs`).
         if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.server.max_connections
             && !evict_idle(shared, w, conns)
+            && !shared.room.ask(index)
         {
             uncount(shared, w, peer);
             w.stats.rejected.incr();
@@ -346,8 +361,9 @@ fn accept(
             continue;
         }
         let entry = conns.vacant_entry();
-        let conn = Conn::new(entry.key(), stream, peer, w);
+        let mut conn = Conn::new(entry.key(), stream, peer, w);
         if !register(shared, w, poll, &conn, entry.key()) {
+            conn.recycle(w);
             continue;
         }
         entry.insert(conn);
