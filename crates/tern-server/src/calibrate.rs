@@ -28,6 +28,7 @@ use memmap2::Mmap;
 
 use crate::body::{Flushed, OutQueue};
 use crate::config::IoMethod;
+use crate::listeners;
 use crate::open_files::{Identity, OpenFile};
 use crate::static_io::{index, safe_choices, ClassChoice, METHODS};
 use crate::sys;
@@ -40,29 +41,45 @@ const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: tern\r\nDate: Tue, 24 Nov 2026 
 Content-Type: application/octet-stream\r\nLast-Modified: Tue, 24 Nov 2026 19:00:00 GMT\r\n\
 ETag: \"6744f1e0.0-100000\"\r\nAccept-Ranges: bytes\r\nContent-Length: 1048576\r\n\r\n";
 
-/// Measures every class above `static_io::SMALL` within about `budget`;
-/// the others keep their rule. Returns the choice per class.
-pub fn run(bounds: &[u64], budget: Duration, read_chunk: usize) -> io::Result<Vec<ClassChoice>> {
+/// Measures every class above `static_io::SMALL` within `budget` (the
+/// files and connections it prepares included); the others keep their
+/// rule. Returns the choice per class.
+///
+/// Every round measures each method once per class; a round that would
+/// not end within the budget (judged by the longest so far: on a busy
+/// machine a slice's responses take longer to finish than the slice) is
+/// not started, so a calibration ends on time with fewer rounds rather
+/// than late.
+pub fn run(bounds: &[u64], budget: Duration, read_chunk: usize, unsent: u64) -> io::Result<Vec<ClassChoice>> {
+    let start = Instant::now();
     let mut choices = safe_choices(bounds);
     let measured: Vec<usize> = (0..choices.len()).filter(|&i| choices[i].basis != "rule").collect();
     if measured.is_empty() {
         return Ok(choices);
     }
     let files = measured.iter().map(|&i| sample_file(representative(bounds, i))).collect::<io::Result<Vec<_>>>()?;
-    let mut rig = Rig::new(read_chunk)?;
-    // One warm-up slice per class, then ROUNDS slices per class and method.
-    let slice = budget / (measured.len() * (1 + ROUNDS * METHODS.len())) as u32;
+    let mut rig = Rig::new(read_chunk, unsent)?;
+    // One warm-up slice per class, then ROUNDS slices per class and method,
+    // out of what the preparation left of the budget.
+    let slices = (measured.len() * (1 + ROUNDS * METHODS.len())) as u32;
+    let slice = budget.saturating_sub(start.elapsed()) / slices;
     let mut rates = vec![[[0.0; ROUNDS]; 3]; measured.len()];
     for file in &files {
         rig.sample(file, IoMethod::Sendfile, slice)?;
     }
+    let mut longest = Duration::ZERO;
     for round in 0..ROUNDS {
+        let round_start = Instant::now();
+        if round > 0 && round_start + longest > start + budget {
+            break;
+        }
         for (k, file) in files.iter().enumerate() {
             for j in 0..METHODS.len() {
                 let m = METHODS[(j + round + k) % METHODS.len()];
                 rates[k][index(m)][round] = rig.sample(file, m, slice)?;
             }
         }
+        longest = longest.max(round_start.elapsed());
     }
     rig.finish();
     for (k, &class) in measured.iter().enumerate() {
@@ -129,8 +146,10 @@ struct Link {
 }
 
 impl Rig {
-    fn new(read_chunk: usize) -> io::Result<Rig> {
+    /// `unsent`: `limits.unsent_bytes`, as the server's sockets have it.
+    fn new(read_chunk: usize, unsent: u64) -> io::Result<Rig> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
+        listeners::limit_unsent(&listener, unsent)?;
         let mut links = Vec::with_capacity(LINKS);
         for _ in 0..LINKS {
             let mut client = TcpStream::connect(listener.local_addr()?)?;

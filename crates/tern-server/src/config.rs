@@ -519,6 +519,13 @@ pub struct Limits {
     /// `503` and is closed (as nginx's `limit_conn`). 0 = no limit.
     /// Default 0.
     pub max_connections_per_ip: u32,
+    /// Response bytes a connection may hold in the kernel written but not
+    /// yet sent, beyond what is in flight to the client
+    /// (`TCP_NOTSENT_LOWAT`): a client that reads slowly cannot make the
+    /// server park megabytes of kernel memory for it, and a fast one is not
+    /// held back (what is in flight, its window, is not capped). 0 = no
+    /// bound (the kernel's `net.ipv4.tcp_notsent_lowat`). Default `"128KiB"`.
+    pub unsent_bytes: Bytes,
 }
 
 impl Default for Limits {
@@ -532,6 +539,7 @@ impl Default for Limits {
             keepalive_requests: 10_000,
             max_ranges: 16,
             max_connections_per_ip: 0,
+            unsent_bytes: Bytes(128 * 1024),
         }
     }
 }
@@ -1072,6 +1080,7 @@ impl Config {
             (self.server.workers > MAX_WORKERS, "server", "workers", "must be at most 1024 (0 = one per usable CPU)"),
             (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
             (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),
+            (self.limits.unsent_bytes.0 > u64::from(u32::MAX), "limits", "unsent_bytes", "must be below 4GiB"),
             (self.static_files.open_file_cache == 0, "static", "open_file_cache", "must be at least 1"),
             (
                 self.static_files.io_classes.len() > 7

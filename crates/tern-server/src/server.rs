@@ -144,6 +144,9 @@ impl Prepared {
         if let Some(tls) = tls.as_mut() {
             tls.bound(&addrs);
         }
+        for s in per_worker.iter().flatten() {
+            listeners::limit_unsent(s, config.limits.unsent_bytes.0)?;
+        }
         let prepared = Prepared { config, access, records, per_worker, addrs, tls };
         prepared.refuse_taken()?;
         Ok(prepared)
@@ -233,7 +236,7 @@ impl Server {
             max_head_bytes: config.limits.max_header_bytes.usize(),
             max_headers: config.limits.max_headers,
         };
-        let read_chunk = config.static_files.read_chunk.usize();
+        let (read_chunk, unsent) = (config.static_files.read_chunk.usize(), config.limits.unsent_bytes.0);
         let shared = Arc::new(Shared {
             config,
             http_limits,
@@ -268,7 +271,7 @@ impl Server {
         if io.needs_calibration() {
             std::thread::Builder::new()
                 .name("tern-calibrate".into())
-                .spawn(move || calibrate_in_background(&io, read_chunk))?;
+                .spawn(move || calibrate_in_background(&io, read_chunk, unsent))?;
         } else {
             log!(Level::Info, "{}", io.describe());
         }
@@ -367,9 +370,9 @@ const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis
 
 /// Measures the I/O methods while the server already serves (with the
 /// safe choices), then switches to the winners and logs them.
-fn calibrate_in_background(io: &StaticIo, read_chunk: usize) {
+fn calibrate_in_background(io: &StaticIo, read_chunk: usize, unsent: u64) {
     let start = std::time::Instant::now();
-    let outcome = calibrate::run(io.bounds(), CALIBRATION_BUDGET, read_chunk).map_err(|e| e.to_string());
+    let outcome = calibrate::run(io.bounds(), CALIBRATION_BUDGET, read_chunk, unsent).map_err(|e| e.to_string());
     io.calibrated(outcome, start.elapsed().as_millis());
     log!(Level::Info, "{}", io.describe());
 }
