@@ -4,7 +4,10 @@
 #
 #   slow       honest-client req/s (wrk -t1 -c16, 4 KiB file) alone and under
 #              slowhttptest slowloris (-H), slow body (-B) and slow read (-X),
-#              SLOW_CONNS attack connections each; tern and nginx.
+#              SLOW_CONNS attack connections each; tern and nginx. Beside
+#              each attack: the bytes the server's sockets hold in the kernel
+#              for their clients (sum of ss's send queues, skmem wmem_queued)
+#              and the largest one, sampled as the honest run ends.
 #   cap        a slow-read attack of CAP_ATTACK connections from 127.0.0.2
 #              (bench/lib/slowread.py) against max_connections = CAP (nginx:
 #              worker_connections), honest wrk from 127.0.0.1: its 503s and
@@ -148,6 +151,14 @@ honest() {
          END { printf "%.0f %d %d\n", r, n, e }' "$f"
 }
 
+# send_queues: "TOTAL_MiB LARGEST_KiB" of what the kernel holds to send on
+# the server's connections (skmem wmem_queued: queued, in flight or not).
+send_queues() {
+    ss -tmnH state established "( sport = :$PORT )" 2>/dev/null |
+        awk 'match($0, /,w[0-9]+,/) { w = substr($0, RSTART + 2, RLENGTH - 3) + 0; t += w; if (w > m) m = w }
+             END { printf "%.1f %.0f\n", t / 1048576, m / 1024 }'
+}
+
 # in_background CMD...: runs CMD, registers its PID in BG.
 in_background() {
     "$@" &
@@ -164,23 +175,25 @@ servers() { tr ',' ' ' <<<"$SERVERS"; }
 
 section_slow() {
     echo "## slow clients: honest req/s under $SLOW_CONNS attack connections (wrk -t1 -c16 -d${DUR}s, 4 KiB)"
-    printf '%-6s %-10s %10s %8s %8s\n' server attack req/s vs-base non2xx
+    printf '%-6s %-10s %10s %8s %8s %12s %12s\n' server attack req/s vs-base non2xx sendq-MiB max-KiB
     local s attack base line rps
     local -A flags=([slowloris]="-H" [slowbody]="-B -s 8192" [slowread]="-X -w 512 -y 1024 -n 5 -z 32 -k 3")
     local -A paths=([slowloris]=/4k.bin [slowbody]=/4k.bin [slowread]=/1m.bin)
     for s in $(servers); do
         start "$s" $((SLOW_CONNS * 3))
         read -r base _ _ < <(honest "$s-slow-baseline")
-        printf '%-6s %-10s %10s %8s %8s\n' "$s" none "$base" 100% -
+        printf '%-6s %-10s %10s %8s %8s %12s %12s\n' "$s" none "$base" 100% - - -
         for attack in slowloris slowbody slowread; do
             # shellcheck disable=SC2086
             in_background slowhttptest ${flags[$attack]} -c "$SLOW_CONNS" -r 500 -i 10 -l $((DUR + 15)) \
                 -p 3 -u "http://127.0.0.1:$PORT${paths[$attack]}" >"$OUT/$s-$attack.slowhttptest" 2>&1
             sleep 5
             line=$(honest "$s-slow-$attack")
+            read -r queued largest < <(send_queues)
             stop_background
             read -r rps non2xx _ <<<"$line"
-            printf '%-6s %-10s %10s %7s%% %8s\n' "$s" "$attack" "$rps" $((base > 0 ? rps * 100 / base : 0)) "$non2xx"
+            printf '%-6s %-10s %10s %7s%% %8s %12s %12s\n' "$s" "$attack" "$rps" $((base > 0 ? rps * 100 / base : 0)) \
+                "$non2xx" "$queued" "$largest"
         done
         stop_server
     done

@@ -34,6 +34,8 @@
 #       --skip-build        do not run cargo build           SKIP_BUILD=1
 #       --no-strace         skip the syscall count           NO_STRACE=1
 #       --no-rss            skip the memory measurements     NO_RSS=1
+#   env TERN_TEMPLATE=FILE  tern's config template instead of
+#                           bench/peers/tern.toml.tmpl (to compare a setting)
 #       --sequential        one server at a time: start, warm up, all its
 #                           runs, stop (default: every server up at once and
 #                           the runs interleaved, rotating, so that noise
@@ -226,7 +228,7 @@ start_server() {
             cmd=("$OUT/responder" -a 127.0.0.1 -p "$PORT" -t "$WORKERS" -s 1024) ;;
         tern-*)
             if [[ $TERN_OK != 1 ]]; then return 1; fi
-            render "$ROOT/bench/peers/tern.toml.tmpl" "$RUNDIR/tern.toml" $((MAXFDS - 100 < 20000 ? MAXFDS - 100 : 20000))
+            render "${TERN_TEMPLATE:-$ROOT/bench/peers/tern.toml.tmpl}" "$RUNDIR/tern.toml" $((MAXFDS - 100 < 20000 ? MAXFDS - 100 : 20000))
             cmd=("$TERN_BIN" serve "$DOCROOT" --listen "127.0.0.1:$PORT" --workers "$WORKERS"
                  --access-log off --config "$RUNDIR/tern.toml")
             [[ $name == tern-default ]] || cmd+=(--io "${name#tern-}") ;;
