@@ -101,7 +101,10 @@ mod tests {
         assert_eq!(woken[0].load(Relaxed), 0);
         assert_eq!(room.take_asked(2), 2);
         assert_eq!(room.take_asked(2), 0);
+        // Worker 2 closed both and says so; worker 0 still has idle ones.
+        room.publish(2, 0);
         assert!(room.ask(1), "worker 1 may ask worker 0");
+        assert_eq!(woken[0].load(Relaxed), 1);
         assert_eq!(room.take_asked(0), 1);
     }
 }
