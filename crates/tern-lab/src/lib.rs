@@ -6,5 +6,7 @@
 //! built to be trusted before it is built to be fast.
 
 pub mod agent;
+pub mod dashboard;
 pub mod load;
 pub mod probe;
+pub mod store;

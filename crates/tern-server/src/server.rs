@@ -18,6 +18,7 @@ use crate::per_ip::PerIp;
 use crate::room::Room;
 use crate::service_records::RecordTarget;
 use crate::shared::Shared;
+use crate::site::app::Apps;
 use crate::site::Site;
 use crate::static_io::StaticIo;
 use crate::tls::{self, Role};
@@ -201,6 +202,17 @@ impl Server {
     /// [`Server::listeners`] of the server it replaces) for the addresses it
     /// shares with them; sockets for other addresses are closed.
     pub fn start_inheriting(config: Config, inherited: Vec<std::net::TcpListener>) -> Result<Server, StartError> {
+        Server::launch(config, inherited, Apps::default())
+    }
+
+    /// Starts a server whose site also answers with `apps` below their
+    /// prefixes (before CGI, FastCGI and files): how a program built on
+    /// tern serves its own pages, e.g. `tern lab serve`.
+    pub fn start_with(config: Config, apps: Apps) -> Result<Server, StartError> {
+        Server::launch(config, Vec::new(), apps)
+    }
+
+    fn launch(config: Config, inherited: Vec<std::net::TcpListener>, apps: Apps) -> Result<Server, StartError> {
         sys::block_signals(&[libc::SIGCHLD]);
         let signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
         let prepared = Prepared::new(config, inherited)?;
@@ -215,7 +227,8 @@ impl Server {
         // server.user before any thread of this server starts, then check
         // that the root is still readable by who the server now is.
         drop_privileges(&prepared.config)?;
-        let (site, io) = prepared.site()?;
+        let (mut site, io) = prepared.site()?;
+        site.apps = apps;
         let io = Arc::new(io);
         let Prepared { config, access, records, per_worker, addrs, tls } = prepared;
         if site.cgi.refuses_as_root() && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty()) {

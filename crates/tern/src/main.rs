@@ -27,6 +27,8 @@ enum Command {
     Probe(cmd::probe::Args),
     /// Serve tern's built-in probes and load to a master (gRPC, token).
     Agent(cmd::agent::Args),
+    /// The performance lab: the results store of every run.
+    Lab(cmd::lab::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +40,7 @@ fn main() -> std::process::ExitCode {
         Command::Tune(args) => cmd::tune::run(args),
         Command::Probe(args) => cmd::probe::run(args),
         Command::Agent(args) => cmd::agent::run(args),
+        Command::Lab(args) => cmd::lab::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,6 @@
 //! The site: routes a request to the handler that answers it.
 
+pub mod app;
 pub mod backend;
 pub mod cgi;
 pub mod fastcgi;
@@ -28,6 +29,8 @@ pub struct Site {
     pub hidden: hidden::Rule,
     pub fastcgi: fastcgi::Settings,
     pub compression: Compression,
+    /// Applications mounted by the composition root (none for `tern serve`).
+    pub apps: app::Apps,
 }
 
 /// The two ends of a client connection.
@@ -60,6 +63,7 @@ impl Site {
             hidden: hidden::Rule::new(config),
             fastcgi: fastcgi::Settings::new(config)?,
             compression,
+            apps: app::Apps::default(),
         })
     }
 
@@ -92,6 +96,10 @@ impl Site {
         };
         if self.hidden.refuses(&w.path) {
             reply.error(404);
+            return Answer::Done;
+        }
+        if let Some(app) = self.apps.find(&w.path) {
+            app::answer(app, req, &w.path, reply);
             return Answer::Done;
         }
         match self.fastcgi.locate(&self.root, &w.path, &mut w.scratch) {

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tern_lab::load::{self, plan, Options, Plan, RequestSpec, Stop, Url};
+use tern_lab::probe::env::Environment;
+use tern_lab::store::{self, record};
 
 const LONG_HELP: &str = "\
 Examples:
@@ -129,18 +131,25 @@ pub struct Args {
     /// them over TLS only, refusing any other certificate.
     #[arg(long, value_name = "FILE", requires = "agent")]
     pub agent_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub recording: super::lab::Recording,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.agent.is_empty() {
         return distributed(&args);
     }
+    // Before the load, so the load average is the machine's, not ours.
+    let env = Environment::capture(tern_lab::probe::cpu::governor(0));
+    let started = store::now();
     let report = load_run(&args, std::io::stderr().is_terminal(), true)?;
     if args.json {
         println!("{}", report.to_json());
     } else {
         print!("{report}");
     }
+    let ctx = record::Context::here(args.recording.label.clone(), started);
+    args.recording.save(&record::bench(&report, env, ctx));
     Ok(if report.successes == 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 

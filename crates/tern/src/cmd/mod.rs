@@ -1,5 +1,7 @@
 pub mod agent;
 pub mod bench;
+pub mod dashboard;
+pub mod lab;
 pub mod man;
 pub mod probe;
 pub mod serve;

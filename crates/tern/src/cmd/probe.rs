@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tern_lab::load;
 use tern_lab::probe::{self, Options, Pin, Remote, Suite};
+use tern_lab::store::{self, record};
 
 const LONG_HELP: &str = "\
 Suites: syscalls, processes, commands, disk, ipc, net, rpc, files (all by default).
@@ -84,6 +85,8 @@ pub struct Args {
     /// them over TLS only, refusing any other certificate.
     #[arg(long, value_name = "FILE", requires = "agent")]
     pub agent_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub recording: super::lab::Recording,
 }
 
 /// The suites named on the command line; none or `all` means every suite.
@@ -120,12 +123,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         opts = opts.quick();
     }
     if args.agent.is_empty() {
+        let started = store::now();
         let report = probe::run(&suites, &opts)?;
         if args.json {
             println!("{}", report.to_json());
         } else {
             print!("{report}");
         }
+        args.recording.save(&record::probe(&report, record::Context::here(args.recording.label.clone(), started)));
         return Ok(ExitCode::SUCCESS);
     }
     let access = match &args.token_file {
@@ -139,8 +144,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut failures = Vec::new();
     for addr in &args.agent {
         opts.agent = Some(Remote { addr: addr.clone(), access: access.clone() });
+        let started = store::now();
         match probe::run_remote(&suites, &opts) {
-            Ok(r) => reports.push(r),
+            Ok(r) => {
+                args.recording.save(&record::probe(&r, record::Context::here(args.recording.label.clone(), started)));
+                reports.push(r);
+            }
             Err(e) => failures.push(e.to_string()),
         }
     }

@@ -1,0 +1,99 @@
+//! Runs out of and into a store: JSON (whole runs, what `import` reads
+//! back) and CSV (one row per measurement, for spreadsheets).
+
+use serde::{Deserialize, Serialize};
+
+use super::{Error, Run, RunData, Store};
+
+/// Names the file format, so `import` refuses anything else clearly.
+const FORMAT: &str = "tern-lab-runs";
+const VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct Export<'a> {
+    format: &'static str,
+    version: u32,
+    runs: &'a [Run],
+}
+
+#[derive(Deserialize)]
+struct Import {
+    format: String,
+    version: u32,
+    runs: Vec<ImportedRun>,
+}
+
+/// A run as exported; its id and host id belong to the store it came from.
+#[derive(Deserialize)]
+struct ImportedRun {
+    #[serde(flatten)]
+    data: RunData,
+}
+
+/// The runs as one JSON document.
+pub fn to_json(runs: &[Run]) -> String {
+    let mut text = serde_json::to_string_pretty(&Export { format: FORMAT, version: VERSION, runs })
+        .expect("runs always serialise");
+    text.push('\n');
+    text
+}
+
+/// Stores the runs of an exported JSON document as new runs (new ids, hosts
+/// matched by fingerprint), all or none, and returns their ids.
+pub fn import_json(store: &mut Store, text: &str) -> Result<Vec<i64>, Error> {
+    let doc: Import = serde_json::from_str(text).map_err(|e| Error::Format(format!("not a `tern lab export`: {e}")))?;
+    if doc.format != FORMAT || doc.version > VERSION {
+        return Err(Error::Format(format!(
+            "format {:?} version {} is not {FORMAT:?} version {VERSION} or older",
+            doc.format, doc.version
+        )));
+    }
+    let savepoint = store.conn.unchecked_transaction().map_err(|e| store.err(e))?;
+    let mut ids = Vec::new();
+    for run in &doc.runs {
+        ids.push(store.insert_in(&savepoint, &run.data)?);
+    }
+    savepoint.commit().map_err(|e| store.err(e))?;
+    Ok(ids)
+}
+
+/// A CSV field, quoted when it needs to be (RFC 4180).
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// One row per measurement, with its run's identity.
+pub fn csv(runs: &[Run]) -> String {
+    let mut out = String::from(
+        "run,kind,status,host,started_at,label,subject,metric,value,unit,better,size,concurrency,cpus,load\n",
+    );
+    let opt = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+    for r in runs {
+        for m in &r.data.measurements {
+            let row = [
+                r.id.to_string(),
+                field(&r.data.kind),
+                r.data.status.name().to_string(),
+                field(&r.host.hostname),
+                format!("{:.3}", r.data.started_at),
+                field(&r.data.label),
+                field(&m.subject),
+                field(&m.metric),
+                m.value.to_string(),
+                field(&m.unit),
+                super::better_name(m.better).to_string(),
+                opt(m.size),
+                opt(m.concurrency),
+                opt(m.cpus),
+                m.load.map(|v| v.to_string()).unwrap_or_default(),
+            ];
+            out.push_str(&row.join(","));
+            out.push('\n');
+        }
+    }
+    out
+}

@@ -1,0 +1,260 @@
+//! `tern lab serve` and `tern lab report` in headless Chromium: the pages
+//! come from tern's own server, the charts' elements and values match the
+//! stored runs, the report opens from a file:// URL, and screenshots are
+//! written under target/ for CI.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{tern_bin, Tern};
+
+fn tern(args: &[&str], store: &Path) -> Output {
+    Command::new(tern_bin()).args(args).arg("--store").arg(store).output().unwrap()
+}
+
+fn stored_id(out: &Output) -> i64 {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stderr);
+    let line = text.lines().find(|l| l.starts_with("tern: stored as run ")).unwrap_or_else(|| panic!("{text}"));
+    line["tern: stored as run ".len()..].split(' ').next().unwrap().parse().unwrap()
+}
+
+/// `tern lab serve` on an ephemeral port, stopped when dropped.
+struct Dashboard {
+    child: Child,
+    base: String,
+}
+
+impl Dashboard {
+    fn start(store: &Path) -> Dashboard {
+        let mut child = Command::new(tern_bin())
+            .args(["lab", "serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let base = loop {
+            let line = lines.next().expect("tern lab serve exited before listening").unwrap();
+            if let Some(rest) = line.split("dashboard on ").nth(1) {
+                break rest.split(' ').next().unwrap().trim_end_matches('/').to_string();
+            }
+        };
+        std::thread::spawn(move || lines.for_each(drop));
+        Dashboard { child, base }
+    }
+
+    fn addr(&self) -> std::net::SocketAddr {
+        self.base.trim_start_matches("http://").parse().unwrap()
+    }
+}
+
+impl Drop for Dashboard {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Headless Chromium, bounded in time: the DOM after load, or a screenshot.
+fn chromium(url: &str, screenshot: Option<&Path>) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("chromium");
+    cmd.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        "--window-size=1100,1400",
+    ])
+    .arg(format!("--user-data-dir={}", profile.path().display()));
+    match screenshot {
+        Some(out) => cmd.arg(format!("--screenshot={}", out.display())),
+        None => cmd.arg("--dump-dom"),
+    };
+    let out_file = profile.path().join("dom.html");
+    let mut child = cmd
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_file).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium (scripts/test.sh installs it)");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium took more than 90 s for {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::read_to_string(out_file).unwrap()
+}
+
+/// The attributes of every `<NAME …>` tag in `html`.
+fn tags(html: &str, name: &str) -> Vec<Vec<(String, String)>> {
+    let open = format!("<{name} ");
+    html.split(&open)
+        .skip(1)
+        .map(|rest| {
+            let tag = &rest[..rest.find('>').unwrap()];
+            let mut attrs = Vec::new();
+            for part in tag.split('"').collect::<Vec<_>>().chunks(2) {
+                if let [key, value] = part {
+                    attrs.push((key.trim().trim_end_matches('=').to_string(), value.to_string()));
+                }
+            }
+            attrs
+        })
+        .collect()
+}
+
+fn attr<'a>(tag: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    tag.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// The figure of view `view` in `dom`: its text up to `</figure>`.
+fn figure<'a>(dom: &'a str, view: &str) -> &'a str {
+    let at = dom.find(&format!("data-view=\"{view}\"")).unwrap_or_else(|| panic!("no {view} chart in\n{dom}"));
+    let rest = &dom[at..];
+    &rest[..rest.find("</figure>").unwrap()]
+}
+
+/// The (data-runs, data-value) of each row of a figure's data table.
+fn rows(fig: &str) -> Vec<(String, f64)> {
+    tags(fig, "tr")
+        .iter()
+        .filter_map(|t| Some((attr(t, "data-runs")?.to_string(), attr(t, "data-value")?.parse().unwrap())))
+        .collect()
+}
+
+fn stored(store: &Path, id: i64, metric: &str) -> f64 {
+    let out = tern(&["lab", "export", &id.to_string()], store);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = doc["runs"][0]["measurements"].as_array().unwrap().iter().find(|m| m["metric"] == metric).unwrap().clone();
+    m["value"].as_f64().unwrap()
+}
+
+fn artifacts() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/lab-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn the_dashboard_and_the_report_show_the_stored_runs() {
+    let site = common::site();
+    let server = Tern::start(&site.root, "read", "", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("lab.sqlite");
+    let url = server.url("/small.txt");
+    let a = stored_id(&tern(&["bench", "-n", "2000", "-c", "1", "-t", "1", "--label", "one", &url], &store));
+    let b = stored_id(&tern(&["bench", "-n", "2000", "-c", "4", "-t", "1", "--label", "four", &url], &store));
+    let (rps_a, rps_b) = (stored(&store, a, "requests_per_s"), stored(&store, b, "requests_per_s"));
+    let dash = Dashboard::start(&store);
+
+    // Served by tern itself: its Server header, GET and HEAD only.
+    let index = common::get(dash.addr(), "/", "");
+    assert_eq!(index.status, 200);
+    assert!(index.header("server").is_some_and(|s| s.starts_with("tern")), "{:?}", index.header("server"));
+    assert_eq!(index.header("content-type"), Some("text/html; charset=utf-8"));
+    let post =
+        common::request(dash.addr(), "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    assert_eq!(post.status, 405);
+    assert_eq!(common::get(dash.addr(), "/run/999", "").status, 404);
+
+    // The run list, and its filter, with JavaScript off (dump-dom runs none
+    // of ours: there is none).
+    let dom = chromium(&format!("{}/", dash.base), None);
+    let listed: Vec<String> = tags(&dom, "tr").iter().filter_map(|t| attr(t, "data-run").map(str::to_string)).collect();
+    assert_eq!(listed, vec![b.to_string(), a.to_string()], "newest first");
+    let dom = chromium(&format!("{}/?text=four", dash.base), None);
+    let listed: Vec<String> = tags(&dom, "tr").iter().filter_map(|t| attr(t, "data-run").map(str::to_string)).collect();
+    assert_eq!(listed, vec![b.to_string()]);
+
+    // A bar chart across the two runs: one bar each, heights in the ratio of
+    // the stored values, the table holding exactly those values.
+    let dom = chromium(&format!("{}/chart?metric=requests_per_s&view=bar-run&run={a}&run={b}", dash.base), None);
+    let fig = figure(&dom, "bar-run");
+    assert_eq!(rows(fig), vec![(format!("#{a}"), rps_a), (format!("#{b}"), rps_b)]);
+    let bars: Vec<f64> = tags(fig, "rect")
+        .iter()
+        .filter(|t| attr(t, "fill") == Some("#4682B4"))
+        .map(|t| attr(t, "height").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(bars.len(), 2, "{fig}");
+    let expected = rps_a / rps_b;
+    assert!((bars[0] / bars[1] - expected).abs() < 0.02 * expected.max(1.0) + 2.0 / bars[1], "{bars:?} vs {expected}");
+
+    // x-y against concurrency: the points at 1 and 4 connections.
+    let dom = chromium(&format!("{}/chart?metric=requests_per_s&view=xy-concurrency", dash.base), None);
+    let fig = figure(&dom, "xy-concurrency");
+    let xs: Vec<&str> = fig.split("<td>").filter_map(|c| c.split("</td>").next()).collect();
+    assert!(xs.contains(&"1") && xs.contains(&"4"), "{fig}");
+    assert!(fig.contains("<polyline") || fig.contains("<path"), "a line is drawn: {fig}");
+
+    // History: two runs; the second is a regression exactly when its p99 is
+    // above 125% of the first's.
+    let (p99_a, p99_b) = (stored(&store, a, "latency_p99"), stored(&store, b, "latency_p99"));
+    let dom = chromium(&format!("{}/chart?metric=latency_p99&view=history", dash.base), None);
+    let fig = figure(&dom, "history");
+    assert_eq!(rows(fig), vec![(format!("#{a}"), p99_a), (format!("#{b}"), p99_b)]);
+    let marked = tags(fig, "tr").iter().filter(|t| attr(t, "class") == Some("regression")).count();
+    assert_eq!(marked, usize::from(p99_b > 1.25 * p99_a));
+    let red = tags(fig, "rect").iter().filter(|t| attr(t, "fill") == Some("#D62728")).count();
+    assert_eq!(red, 1 + marked, "the legend's square and one per regression");
+
+    // The percentile spectrum overlays both runs; its p50 and p99 are the
+    // stored ones (the same histograms).
+    let dom = chromium(&format!("{}/spectrum?run={a}&run={b}", dash.base), None);
+    let fig = figure(&dom, "spectrum");
+    assert!(fig.contains("99.9%") && fig.contains("90%"), "log 1/(1-p) axis labels: {fig}");
+    for (id, p50, p99) in [(a, "latency_p50", "latency_p99"), (b, "latency_p50", "latency_p99")] {
+        let mine: Vec<(String, f64)> = rows(fig).into_iter().filter(|(r, _)| *r == format!("#{id}")).collect();
+        assert_eq!(mine[0].1, stored(&store, id, p50), "{fig}");
+        assert_eq!(mine[2].1, stored(&store, id, p99), "{fig}");
+    }
+
+    // Screenshots for CI: the run list and a chart.
+    let shots = artifacts();
+    for (name, path) in
+        [("lab-dashboard.png", "/".to_string()), ("lab-chart.png", format!("/spectrum?run={a}&run={b}"))]
+    {
+        let png = shots.join(name);
+        let _ = std::fs::remove_file(&png);
+        chromium(&format!("{}{path}", dash.base), Some(&png));
+        let bytes = std::fs::read(&png).unwrap();
+        assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{name}: {} bytes", bytes.len());
+    }
+
+    // The report: one file, nothing fetched, the same values from file://.
+    let report = shots.join("lab-report.html");
+    let out = tern(&["lab", "report", &a.to_string(), &b.to_string(), "-o", report.to_str().unwrap()], &store);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    drop(dash);
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(!text.contains("src=") && !text.contains("href="), "self-contained: no links, no fetched resources");
+    let dom = chromium(&format!("file://{}", report.display()), None);
+    let listed: Vec<String> = tags(&dom, "tr").iter().filter_map(|t| attr(t, "data-run").map(str::to_string)).collect();
+    assert_eq!(listed, vec![a.to_string(), b.to_string()]);
+    let at = dom.find("data-metric=\"requests_per_s\"").expect("a requests_per_s chart");
+    let fig = &dom[at..];
+    assert_eq!(rows(&fig[..fig.find("</figure>").unwrap()]), vec![(format!("#{a}"), rps_a), (format!("#{b}"), rps_b)]);
+    assert!(dom.contains("data-view=\"spectrum\""));
+}
