@@ -46,7 +46,7 @@ pub fn serve(store: PathBuf, listen: &str) -> anyhow::Result<ExitCode> {
     let root = std::env::temp_dir().join(format!("tern-lab-serve-{}", std::process::id()));
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     let apps = Apps::default().mount("/", Arc::new(Lab(Dashboard { path: store.clone() })));
-    let started = config(listen, &root).and_then(|c| Ok(Server::start_with(c, apps).context("cannot start")?));
+    let started = config(listen, &root).and_then(|c| Server::start_with(c, apps).context("cannot start"));
     let mut server = match started {
         Ok(s) => s,
         Err(e) => {

@@ -61,6 +61,7 @@ Examples:
   tern lab export 12 13 --format csv -o runs.csv
   tern lab export 12 13 -o runs.json && tern lab import runs.json --store other.sqlite
   tern lab delete 12
+  tern lab run e1 --quick             static I/O methods by file size, stored
   tern lab serve                      the dashboard on http://127.0.0.1:8686/
   tern lab report 12 13 -o report.html";
 
@@ -112,6 +113,18 @@ pub enum LabCommand {
     Delete {
         #[arg(required = true)]
         ids: Vec<i64>,
+    },
+    /// Run an experiment (e1 static I/O methods, e4 compression, e5 OS
+    /// probes), store it as one run and print its table.
+    Run {
+        #[arg(value_parser = super::experiment::NAMES)]
+        name: String,
+        /// The short version (well under two minutes).
+        #[arg(long)]
+        quick: bool,
+        /// A label for the run in the store.
+        #[arg(long, value_name = "TEXT", default_value = "")]
+        label: String,
     },
     /// Serve the dashboard (runs, hosts, charts) with tern's own server.
     Serve {
@@ -181,6 +194,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("cannot import {}", file.display()))?;
             let shown: Vec<String> = ids.iter().map(i64::to_string).collect();
             println!("imported {} runs as {}", ids.len(), shown.join(" "));
+        }
+        LabCommand::Run { name, quick, label } => {
+            let recording = Recording { store: args.store.clone(), no_store: false, label };
+            return super::experiment::run(&name, quick, &recording);
         }
         LabCommand::Serve { listen } => return super::dashboard::serve(store_path(given), &listen),
         LabCommand::Report { ids, output } => return super::dashboard::report(store_path(given), &ids, &output),

@@ -1,0 +1,345 @@
+//! `tern lab run NAME`: one command per experiment of the lab. Each starts
+//! what it needs (this binary's `tern serve`, with the settings compared),
+//! drives it with the load generator, stores the whole experiment as one
+//! run (one measurement per workload) and prints its table.
+//!
+//! E1 static I/O methods by file size, E4 compression by page size and
+//! coding, E5 the OS probes. E2 (FastCGI) and E3 (the thread models) are
+//! not here yet: `bench/fastcgi.sh` is E2's script.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tern_lab::load::{self, plan, Options, Plan, RequestSpec, Stop, Url};
+use tern_lab::probe::env::Environment;
+use tern_lab::probe::figure::Better;
+use tern_lab::store::{self, record, Measurement, RunData, Status};
+
+use super::lab::Recording;
+
+pub const NAMES: [&str; 5] = ["e1", "e2", "e3", "e4", "e5"];
+
+/// A `tern serve` child on an ephemeral loopback port, stopped on drop.
+struct Served {
+    child: Child,
+    addr: String,
+}
+
+impl Served {
+    fn start(root: &Path, config: &str) -> anyhow::Result<Served> {
+        let file = root.with_extension("toml");
+        std::fs::write(&file, config).with_context(|| format!("cannot write {}", file.display()))?;
+        let mut child = Command::new(std::env::current_exe()?)
+            .arg("serve")
+            .arg(root)
+            .args(["--listen", "127.0.0.1:0", "--workers", "1", "--config"])
+            .arg(&file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot start tern serve")?;
+        let mut lines = BufReader::new(child.stderr.take().context("no stderr")?).lines();
+        let addr = loop {
+            match lines.next() {
+                Some(Ok(line)) => {
+                    if let Some(rest) = line.split("listening on http://").nth(1) {
+                        break rest.split('/').next().unwrap_or_default().to_string();
+                    }
+                }
+                _ => {
+                    let _ = child.wait();
+                    bail!("tern serve exited before listening");
+                }
+            }
+        };
+        // Keep reading, so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Ok(Served { child, addr })
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        // SIGTERM: the server's graceful stop.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// The lengths of one workload's measurement.
+#[derive(Clone, Copy)]
+struct Lengths {
+    warmup: Duration,
+    measure: Duration,
+}
+
+/// One closed-loop load run: 4 connections on one thread.
+fn load(url: &str, headers: &[&str], len: Lengths, interrupt: &AtomicBool) -> anyhow::Result<load::Report> {
+    let spec = RequestSpec::new("GET", Url::parse(url)?);
+    let headers = headers.iter().map(|h| plan::parse_header(h)).collect::<Result<Vec<_>, _>>()?;
+    let plan = Plan::build(&[spec], &headers, true)?;
+    let opts = Options {
+        connections: 4,
+        threads: 1,
+        stop: Stop::Duration(len.measure),
+        warmup: len.warmup,
+        keepalive: true,
+        pipeline: 1,
+        rate: None,
+        timeout: Duration::from_secs(10),
+        timeline: None,
+        progress: false,
+        mix_file: None,
+        tls: Default::default(),
+    };
+    Ok(load::run(&plan, &opts, interrupt)?)
+}
+
+/// A printed table: header, then rows of cells.
+struct Table(Vec<Vec<String>>);
+
+impl Table {
+    fn print(&self) {
+        let widths: Vec<usize> =
+            (0..self.0[0].len()).map(|c| self.0.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+        for row in &self.0 {
+            let cells: Vec<String> = row.iter().zip(&widths).map(|(c, w)| format!("{c:>w$}")).collect();
+            println!("{}", cells.join("  "));
+        }
+    }
+}
+
+fn sized(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
+        b => format!("{b}B"),
+    }
+}
+
+/// What an experiment measured, before it is stored.
+struct Outcome {
+    measurements: Vec<Measurement>,
+    table: Table,
+    config: serde_json::Value,
+    interrupted: bool,
+}
+
+/// E1: tern's three static I/O methods by file size, one server per method.
+fn e1(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<Outcome> {
+    let sizes: &[u64] =
+        if quick { &[4 << 10, 256 << 10, 4 << 20] } else { &[1 << 10, 16 << 10, 256 << 10, 1 << 20, 16 << 20] };
+    let len = if quick {
+        Lengths { warmup: Duration::from_millis(200), measure: Duration::from_millis(1500) }
+    } else {
+        Lengths { warmup: Duration::from_secs(1), measure: Duration::from_secs(5) }
+    };
+    let dir = std::env::temp_dir().join(format!("tern-lab-e1-{}", std::process::id()));
+    let root = dir.join("www");
+    std::fs::create_dir_all(&root)?;
+    for &s in sizes {
+        let body: Vec<u8> = (0..s).map(|i| (i * 131 % 251) as u8).collect();
+        std::fs::write(root.join(format!("{s}.bin")), body)?;
+    }
+    let mut table = Table(vec![vec!["method".into(), "size".into(), "req/s".into(), "MiB/s".into(), "p99 us".into()]]);
+    let mut measurements = Vec::new();
+    let mut interrupted = false;
+    'methods: for method in ["sendfile", "mmap", "read"] {
+        let served =
+            Served::start(&root, &format!("[static]\nio = \"{method}\"\n[log]\naccess = \"off\"\nlevel = \"warn\"\n"))?;
+        for &s in sizes {
+            let report = load(&format!("http://{}/{s}.bin", served.addr), &[], len, interrupt)?;
+            let mut ms = record::load_measurements(&report, method, env);
+            ms.retain(|m| ["requests_per_s", "transfer_per_s", "latency_p99"].contains(&m.metric.as_str()));
+            for m in &mut ms {
+                m.size = Some(s);
+            }
+            table.0.push(vec![
+                method.into(),
+                sized(s),
+                format!("{:.0}", report.requests_per_s),
+                format!("{:.1}", report.transfer_per_s / (1 << 20) as f64),
+                report.latency.service.p99_us.to_string(),
+            ]);
+            measurements.extend(ms);
+            if report.run.interrupted || interrupt.load(Ordering::Relaxed) {
+                interrupted = true;
+                break 'methods;
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = serde_json::json!({"sizes": sizes, "connections": 4, "threads": 1, "workers": 1,
+        "warmup_s": len.warmup.as_secs_f64(), "measure_s": len.measure.as_secs_f64()});
+    Ok(Outcome { measurements, table, config, interrupted })
+}
+
+/// An HTML page of exactly `size` bytes, varied enough that it compresses
+/// like a real one rather than like a repeated line.
+fn page(size: usize) -> Vec<u8> {
+    let words = ["server", "request", "latency", "buffer", "kernel", "socket", "tern", "static", "file", "chunk"];
+    let mut out = String::from("<!DOCTYPE html><html><head><title>page</title></head><body>\n");
+    let mut i = 0usize;
+    while out.len() < size {
+        let w = |k: usize| words[(i * 7 + k * 3 + i / 5) % words.len()];
+        out.push_str(&format!("<p class=\"p{}\">{} {} {} {} #{}</p>\n", i % 13, w(1), w(2), w(3), w(4), i * 37 % 1009));
+        i += 1;
+    }
+    let mut bytes = out.into_bytes();
+    bytes.truncate(size);
+    bytes
+}
+
+/// E4: the four page sizes of SPEC E4, identity against gzip, br and zstd
+/// from tern's cache: bytes on the wire and responses per second.
+fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<Outcome> {
+    const SIZES: [usize; 4] = [6_040, 11_426, 22_132, 41_518];
+    let len = if quick {
+        Lengths { warmup: Duration::from_millis(200), measure: Duration::from_millis(1000) }
+    } else {
+        Lengths { warmup: Duration::from_secs(1), measure: Duration::from_secs(5) }
+    };
+    let dir = std::env::temp_dir().join(format!("tern-lab-e4-{}", std::process::id()));
+    let root = dir.join("www");
+    std::fs::create_dir_all(&root)?;
+    for s in SIZES {
+        std::fs::write(root.join(format!("{s}.html")), page(s))?;
+    }
+    let served = Served::start(&root, "[log]\naccess = \"off\"\nlevel = \"warn\"\n")?;
+    let mut table = Table(vec![vec![
+        "page".into(),
+        "coding".into(),
+        "bytes".into(),
+        "gain".into(),
+        "req/s".into(),
+        "p99 us".into(),
+    ]]);
+    let mut measurements = Vec::new();
+    let mut interrupted = false;
+    'pages: for s in SIZES {
+        let mut identity = 0.0;
+        for coding in ["identity", "gzip", "br", "zstd"] {
+            let header = format!("Accept-Encoding: {coding}");
+            let report = load(&format!("http://{}/{s}.html", served.addr), &[&header], len, interrupt)?;
+            let bytes = if report.successes == 0 { 0.0 } else { report.body_bytes as f64 / report.successes as f64 };
+            if coding == "identity" {
+                identity = bytes;
+            }
+            let gain = if identity > 0.0 { 1.0 - bytes / identity } else { 0.0 };
+            let mut ms = record::load_measurements(&report, coding, env);
+            ms.retain(|m| ["requests_per_s", "latency_p99"].contains(&m.metric.as_str()));
+            let mut wire = ms[0].clone();
+            wire.metric = "response_bytes".into();
+            wire.value = bytes;
+            wire.unit = "B".into();
+            wire.better = Better::Lower;
+            let mut gained = wire.clone();
+            gained.metric = "compression_gain".into();
+            gained.value = gain * 100.0;
+            gained.unit = "%".into();
+            gained.better = Better::Higher;
+            ms.push(wire);
+            ms.push(gained);
+            for m in &mut ms {
+                m.size = Some(s as u64);
+            }
+            table.0.push(vec![
+                s.to_string(),
+                coding.into(),
+                format!("{bytes:.0}"),
+                format!("{:.1}%", gain * 100.0),
+                format!("{:.0}", report.requests_per_s),
+                report.latency.service.p99_us.to_string(),
+            ]);
+            measurements.extend(ms);
+            if report.run.interrupted || interrupt.load(Ordering::Relaxed) {
+                interrupted = true;
+                break 'pages;
+            }
+        }
+    }
+    drop(served);
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = serde_json::json!({"pages": SIZES, "codings": ["identity", "gzip", "br", "zstd"],
+        "levels": "tern's defaults", "connections": 4, "threads": 1, "workers": 1,
+        "warmup_s": len.warmup.as_secs_f64(), "measure_s": len.measure.as_secs_f64(),
+        "published_gain": "21-64%"});
+    Ok(Outcome { measurements, table, config, interrupted })
+}
+
+/// E5: the probe suites on this host.
+fn e5(quick: bool) -> anyhow::Result<(Outcome, tern_lab::probe::report::ProbeReport)> {
+    use tern_lab::probe::{self, Suite};
+    let mut opts = probe::Options::default();
+    if quick {
+        opts = opts.quick();
+    }
+    let report = probe::run(Suite::ALL, &opts)?;
+    let mut table = Table(vec![vec!["figure".into(), "value".into(), "unit".into()]]);
+    for s in &report.suites {
+        for f in &s.figures {
+            table.0.push(vec![
+                format!("{}/{}", s.suite, f.name),
+                tern_lab::probe::report::num(f.value),
+                f.unit.clone(),
+            ]);
+        }
+    }
+    let outcome = Outcome {
+        measurements: record::probe_measurements(&report),
+        table,
+        config: serde_json::json!({"suites": "all", "quick": quick, "samples": report.samples}),
+        interrupted: false,
+    };
+    Ok((outcome, report))
+}
+
+pub fn run(name: &str, quick: bool, recording: &Recording) -> anyhow::Result<ExitCode> {
+    let started = store::now();
+    let env = Environment::capture(tern_lab::probe::cpu::governor(0));
+    let interrupt = load::interrupt_on_ctrl_c()?;
+    let (outcome, result, env) = match name {
+        "e1" => {
+            let o = e1(quick, &interrupt, &env)?;
+            (o, serde_json::Value::Null, env)
+        }
+        "e4" => {
+            let o = e4(quick, &interrupt, &env)?;
+            (o, serde_json::Value::Null, env)
+        }
+        "e5" => {
+            let (o, report) = e5(quick)?;
+            let result = serde_json::to_value(&report).unwrap_or_default();
+            (o, result, report.environment)
+        }
+        "e2" => bail!("e2 (FastCGI file I/O) is not a lab command yet: run bench/fastcgi.sh"),
+        "e3" => bail!("e3 (the thread models) is not a lab command yet: it waits for server.model"),
+        other => bail!("no experiment {other:?}: choose one of {}", NAMES.join(", ")),
+    };
+    outcome.table.print();
+    let table_json: Vec<Vec<String>> = outcome.table.0.clone();
+    let ctx = record::Context::here(recording.label.clone(), started);
+    let run = RunData {
+        kind: name.into(),
+        status: if outcome.interrupted { Status::Interrupted } else { Status::Complete },
+        environment: env,
+        tern_version: env!("CARGO_PKG_VERSION").into(),
+        command_line: ctx.command_line,
+        config: serde_json::json!({"experiment": name, "quick": quick, "settings": outcome.config}),
+        label: if ctx.label.is_empty() { format!("{name}{}", if quick { " --quick" } else { "" }) } else { ctx.label },
+        started_at: ctx.started_at,
+        finished_at: ctx.finished_at,
+        result: if result.is_null() { serde_json::json!({ "table": table_json }) } else { result },
+        measurements: outcome.measurements,
+        histograms: Vec::new(),
+    };
+    if let Some(id) = recording.save(&run) {
+        println!("stored as run {id}; chart it with `tern lab serve` (http://127.0.0.1:8686/chart?run={id})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
