@@ -16,11 +16,12 @@ fn tern(args: &[&str], store: &Path) -> Output {
     Command::new(tern_bin()).args(args).arg("--store").arg(store).output().unwrap()
 }
 
-fn stored_id(out: &Output) -> i64 {
+/// Runs a measuring command; the id of the run it stored (the newest).
+fn stored_id(out: &Output, store: &Path) -> i64 {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8_lossy(&out.stderr);
-    let line = text.lines().find(|l| l.starts_with("tern: stored as run ")).unwrap_or_else(|| panic!("{text}"));
-    line["tern: stored as run ".len()..].split(' ').next().unwrap().parse().unwrap()
+    let list = tern(&["lab", "list"], store);
+    let text = String::from_utf8(list.stdout).unwrap();
+    text.lines().nth(1).unwrap_or_else(|| panic!("{text}")).split_whitespace().next().unwrap().parse().unwrap()
 }
 
 /// `tern lab serve` on an ephemeral port, stopped when dropped.
@@ -164,8 +165,8 @@ fn the_dashboard_and_the_report_show_the_stored_runs() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("lab.sqlite");
     let url = server.url("/small.txt");
-    let a = stored_id(&tern(&["bench", "-n", "2000", "-c", "1", "-t", "1", "--label", "one", &url], &store));
-    let b = stored_id(&tern(&["bench", "-n", "2000", "-c", "4", "-t", "1", "--label", "four", &url], &store));
+    let a = stored_id(&tern(&["bench", "-n", "2000", "-c", "1", "-t", "1", "--label", "one", &url], &store), &store);
+    let b = stored_id(&tern(&["bench", "-n", "2000", "-c", "4", "-t", "1", "--label", "four", &url], &store), &store);
     let (rps_a, rps_b) = (stored(&store, a, "requests_per_s"), stored(&store, b, "requests_per_s"));
     let dash = Dashboard::start(&store);
 

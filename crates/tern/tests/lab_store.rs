@@ -19,12 +19,13 @@ fn ok(out: Output) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The run id from "tern: stored as run N (STATUS) in PATH".
-fn stored_id(stderr: &[u8], status: &str) -> i64 {
-    let text = String::from_utf8_lossy(stderr);
-    let line = text.lines().find(|l| l.starts_with("tern: stored as run ")).unwrap_or_else(|| panic!("{text}"));
-    assert!(line.contains(&format!("({status})")), "{line}");
-    line["tern: stored as run ".len()..].split(' ').next().unwrap().parse().unwrap()
+/// The newest run in the store (`tern lab list`'s first row): its id,
+/// after checking that it ended with `status`.
+fn stored_id(store: &Path, status: &str) -> i64 {
+    let list = ok(tern(&["lab", "list"], store));
+    let row = list.lines().nth(1).unwrap_or_else(|| panic!("no run stored: {list}"));
+    assert!(row.contains(&format!(" {status} ")), "{row}");
+    row.split_whitespace().next().unwrap().parse().unwrap()
 }
 
 fn export(ids: &[&str], store: &Path) -> serde_json::Value {
@@ -42,11 +43,11 @@ fn bench_and_probe_runs_are_stored_exported_imported_and_deleted() {
     let url = server.url("/small.txt");
 
     let out = tern(&["bench", "-n", "300", "-c", "2", "-t", "1", "--json", &url], &store);
-    let bench_id = stored_id(&out.stderr, "complete");
+    assert!(out.stderr.is_empty(), "piped: the run is stored silently");
     let printed: serde_json::Value = serde_json::from_slice(&ok(out).into_bytes()).unwrap();
-    let out = tern(&["probe", "syscalls", "--quick", "--label", "quick syscalls"], &store);
-    let probe_id = stored_id(&out.stderr, "complete");
-    ok(out);
+    let bench_id = stored_id(&store, "complete");
+    ok(tern(&["probe", "syscalls", "--quick", "--label", "quick syscalls"], &store));
+    let probe_id = stored_id(&store, "complete");
 
     // The stored bench run is the printed report, with its measurements
     // taken from it exactly.
@@ -143,8 +144,8 @@ fn an_interrupted_bench_is_stored_as_interrupted() {
         assert!(Instant::now() < deadline, "tern bench did not stop on SIGINT");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = child.wait_with_output().unwrap();
-    let id = stored_id(&out.stderr, "interrupted");
+    child.wait_with_output().unwrap();
+    let id = stored_id(&store, "interrupted");
     let doc = export(&[&id.to_string()], &store);
     let run = &doc["runs"][0];
     assert_eq!(run["status"], "interrupted");

@@ -1,6 +1,7 @@
 //! `tern lab`: the results store (list, show, export, import, delete), and
 //! the flags every measuring command shares to record its runs there.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -24,8 +25,9 @@ pub struct Recording {
 }
 
 impl Recording {
-    /// Records `run` and says where on stderr; a store that cannot be
-    /// written is reported, and the measurement printed anyway.
+    /// Records `run`, saying where on stderr when it is a terminal (piped,
+    /// stderr stays as the command always wrote it); a store that cannot
+    /// be written is reported, and the measurement printed anyway.
     pub fn save(&self, run: &RunData) -> Option<i64> {
         if self.no_store {
             return None;
@@ -33,7 +35,9 @@ impl Recording {
         let path = store_path(self.store.as_deref());
         match Store::open(&path).and_then(|mut s| s.insert(run)) {
             Ok(id) => {
-                eprintln!("tern: stored as run {id} ({}) in {}", run.status.name(), path.display());
+                if std::io::stderr().is_terminal() {
+                    eprintln!("tern: stored as run {id} ({}) in {}", run.status.name(), path.display());
+                }
                 Some(id)
             }
             Err(e) => {
