@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 # generated manual pages and systemd (systemd-analyze verify) checks the unit;
 # php-fpm (and iproute2's ss) for the FastCGI tests, libfcgi-dev for the
 # gateway's FastCGI file server; chromium (headless) takes the demo site's
-# screenshots; openssl (s_client) checks the TLS versions, SNI and resumption.
-scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium
+# screenshots; openssl (s_client) checks the TLS versions, SNI and resumption;
+# fuse3 (fusermount3) and python3-fusepy mount the slow file system of the
+# slow-disk test.
+scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium \
+    fuse3 python3-fusepy
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test

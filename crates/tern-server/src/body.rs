@@ -17,6 +17,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::config::IoMethod;
@@ -27,8 +28,9 @@ use crate::tls::Session;
 enum Segment {
     /// `OutQueue::buf[start..end]`.
     Buf { start: usize, end: usize },
-    /// A region of a file, sent with `method`.
-    File { file: Arc<OpenFile>, offset: u64, len: u64, method: IoMethod },
+    /// A region of a file, sent with `method`; with the I/O pool, only as
+    /// far as `ready` (the end of what is known to be in the page cache).
+    File { file: Arc<OpenFile>, offset: u64, len: u64, method: IoMethod, ready: u64 },
     /// Bytes held elsewhere (a cached compressed variant): `bytes[start..end]`,
     /// gathered into the same `sendmsg` as the head, like a mapping. The
     /// `Arc` keeps them alive, however the cache changes, until sent.
@@ -36,13 +38,19 @@ enum Segment {
 }
 
 /// The outcome of a flush attempt.
-#[derive(Debug, PartialEq, Eq)]
 pub enum Flushed {
     /// Everything queued was written.
     All,
     /// The socket is full; wait until it is writable.
     Blocked,
+    /// The next bytes to send are in a file region whose pages are not in
+    /// the page cache: read them in the I/O pool, then
+    /// [`OutQueue::insert_read`] them.
+    Cold { file: Arc<OpenFile>, offset: u64, len: usize },
 }
+
+/// Most bytes of a cold file region read by one pool task.
+const COLD_READ: u64 = 256 * 1024;
 
 /// Most segments gathered into one `sendmsg`.
 const MAX_IOV: usize = 32;
@@ -60,10 +68,13 @@ pub struct OutQueue {
     committed: usize,
     /// Bytes written since the queue was created (for send-rate timeouts).
     pub written: u64,
+    /// File pages not in the page cache are read in the I/O pool, never
+    /// here (the connection runs on a reactor).
+    offload: bool,
 }
 
 impl OutQueue {
-    pub fn new(chunk_size: usize) -> Self {
+    pub fn new(chunk_size: usize, offload: bool) -> Self {
         OutQueue {
             chunk_size,
             buf: Vec::new(),
@@ -72,6 +83,7 @@ impl OutQueue {
             chunk_pos: 0,
             committed: 0,
             written: 0,
+            offload,
         }
     }
 
@@ -120,7 +132,15 @@ impl OutQueue {
         }
         let method = if method == IoMethod::Mmap && file.mapping.is_none() { IoMethod::Sendfile } else { method };
         let small_enough_to_copy = method == IoMethod::Read && len <= self.chunk_size as u64;
-        if small_enough_to_copy {
+        // Copied now only when that cannot wait for a disk.
+        let ready = if self.offload && small_enough_to_copy {
+            file.resident_until(offset, len).unwrap_or(offset)
+        } else if file.resident.load(Relaxed) {
+            offset + len
+        } else {
+            offset
+        };
+        if small_enough_to_copy && (!self.offload || ready == offset + len) {
             // The read method's common case: read the body right behind its
             // head, so both leave in one write.
             let at = self.buf.len();
@@ -132,7 +152,45 @@ impl OutQueue {
                 Err(_) => self.buf.truncate(at),
             }
         }
-        self.segments.push_back(Segment::File { file: file.clone(), offset, len, method });
+        self.segments.push_back(Segment::File { file: file.clone(), offset, len, method, ready });
+    }
+
+    /// Puts `bytes`, read in the I/O pool at `offset` of the region at the
+    /// front ([`Flushed::Cold`]), in its place.
+    pub fn insert_read(&mut self, offset: u64, bytes: Vec<u8>) {
+        let n = bytes.len() as u64;
+        let Some(Segment::File { offset: at, len, ready, .. }) = self.segments.front_mut() else { return };
+        if *at != offset || n > *len || n == 0 {
+            return;
+        }
+        *at += n;
+        *len -= n;
+        *ready = (*ready).max(*at);
+        if *len == 0 {
+            self.segments.pop_front();
+        }
+        let end = bytes.len();
+        self.segments.push_front(Segment::Shared { bytes: Arc::new(bytes), start: 0, end });
+    }
+
+    /// With the I/O pool: finds how far the first file region queued is in
+    /// the page cache; returns the region to read in the pool when its
+    /// first page is not and nothing is queued before it.
+    fn cold_region(&mut self) -> Option<(Arc<OpenFile>, u64, usize)> {
+        let (i, seg) =
+            self.segments.iter_mut().take(MAX_IOV).enumerate().find(|(_, s)| matches!(s, Segment::File { .. }))?;
+        let Segment::File { file, offset, len, ready, .. } = seg else { return None };
+        if *ready > *offset {
+            return None;
+        }
+        match file.resident_until(*offset, *len) {
+            Some(until) => {
+                *ready = until;
+                None
+            }
+            None if i > 0 => None,
+            None => Some((file.clone(), *offset, (*len).min(COLD_READ) as usize)),
+        }
     }
 
     /// Queues in-memory bytes held by `bytes` (after committing the bytes
@@ -194,7 +252,7 @@ impl OutQueue {
         self.chunk.resize(want, 0);
         read_exact_at(file.file.as_fd(), &mut self.chunk, offset).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
-                shrank(&file)
+                file.shrank()
             } else {
                 e
             }
@@ -205,24 +263,33 @@ impl OutQueue {
 
     fn flush_once(&mut self, sock: BorrowedFd<'_>) -> io::Result<Flushed> {
         loop {
+            if self.offload {
+                if let Some((file, offset, len)) = self.cold_region() {
+                    return Ok(Flushed::Cold { file, offset, len });
+                }
+            }
+            let offload = self.offload;
+            // How much of a file region may be sent now.
+            let sendable =
+                |offset: u64, len: u64, ready: u64| if offload { ready.saturating_sub(offset).min(len) } else { len };
             let Some(front) = self.segments.front() else {
                 self.buf.clear();
                 self.committed = 0;
                 return Ok(Flushed::All);
             };
             let (n, wanted) = match front {
-                Segment::File { file, offset, len, method: IoMethod::Sendfile } => {
-                    let want = (*len).min(1 << 30) as usize;
+                Segment::File { file, offset, len, method: IoMethod::Sendfile, ready } => {
+                    let want = sendable(*offset, *len, *ready).min(1 << 30) as usize;
                     match sys::sendfile(sock, file.file.as_fd(), *offset, want) {
-                        Ok(0) => return Err(shrank(file)),
+                        Ok(0) => return Err(file.shrank()),
                         Ok(n) => (n, want),
                         Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
                         Err(e) => return Err(e),
                     }
                 }
-                Segment::File { file, offset, len, method: IoMethod::Read } => {
+                Segment::File { file, offset, len, method: IoMethod::Read, ready } => {
                     if self.chunk_pos == self.chunk.len() {
-                        self.read_chunk(file.clone(), *offset, *len)?;
+                        self.read_chunk(file.clone(), *offset, sendable(*offset, *len, *ready))?;
                     }
                     let pending = &self.chunk[self.chunk_pos..];
                     let want = pending.len();
@@ -248,9 +315,18 @@ impl OutQueue {
                         let bytes: &[u8] = match seg {
                             Segment::Buf { start, end } => &self.buf[*start..*end],
                             Segment::Shared { bytes, start, end } => &(**bytes).as_ref()[*start..*end],
-                            Segment::File { file, offset, len, method } => match (method, &file.mapping) {
-                                (IoMethod::Mmap, Some(map)) => {
+                            Segment::File { file, offset, len, method, ready } => match (method, &file.mapping) {
+                                (IoMethod::Mmap, Some(map)) if sendable(*offset, *len, *ready) > 0 => {
                                     mapped.get_or_insert(file);
+                                    let n = sendable(*offset, *len, *ready);
+                                    if n < *len {
+                                        // The rest waits for its pages.
+                                        iov[count] = IoSlice::new(&map[*offset as usize..(*offset + n) as usize]);
+                                        count += 1;
+                                        want += n as usize;
+                                        more = true;
+                                        break;
+                                    }
                                     &map[*offset as usize..(*offset + *len) as usize]
                                 }
                                 _ => {
@@ -272,7 +348,7 @@ impl OutQueue {
                         // end (a mapping never faults in user space).
                         Err(e) => {
                             return Err(match mapped {
-                                Some(file) if e.raw_os_error() == Some(libc::EFAULT) => shrank(file),
+                                Some(file) if e.raw_os_error() == Some(libc::EFAULT) => file.shrank(),
                                 _ => e,
                             })
                         }
@@ -340,15 +416,6 @@ impl OutQueue {
         self.buf = buf;
         self.buf.clear();
     }
-}
-
-/// The error for a file that ended before its announced length: the
-/// response cannot be completed, so the connection must close.
-fn shrank(file: &OpenFile) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::UnexpectedEof,
-        format!("file /{} shrank while sent: response cut short", String::from_utf8_lossy(&file.rel_path)),
-    )
 }
 
 fn read_exact_at(file: BorrowedFd<'_>, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {

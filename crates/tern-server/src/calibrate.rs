@@ -124,6 +124,7 @@ fn sample_file(size: u64) -> io::Result<Arc<OpenFile>> {
         headers: Box::default(),
         rel_path: Box::default(),
         negotiable: false,
+        resident: Default::default(),
     }))
 }
 
@@ -164,7 +165,7 @@ impl Rig {
                 while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
             })?;
             let reader_stat = tid_rx.recv().ok().map(|tid| format!("/proc/self/task/{tid}/schedstat"));
-            links.push(Link { sock, out: OutQueue::new(read_chunk), reader: Some(reader), reader_stat });
+            links.push(Link { sock, out: OutQueue::new(read_chunk, false), reader: Some(reader), reader_stat });
         }
         Ok(Rig { links })
     }
@@ -197,7 +198,7 @@ impl Rig {
                 }
                 if !link.out.is_empty() {
                     pending += 1;
-                    if link.out.flush(link.sock.as_fd())? == Flushed::Blocked {
+                    if matches!(link.out.flush(link.sock.as_fd())?, Flushed::Blocked) {
                         blocked += 1;
                     }
                 }

@@ -268,6 +268,11 @@ pub struct StaticFiles {
     pub read_chunk: Bytes,
     /// Entries in each worker's open-file table. Default 1024.
     pub open_file_cache: usize,
+    /// Threads of the blocking I/O pool shared by the event engine's
+    /// workers: opens that miss the open-file table and reads of file pages
+    /// not in the page cache run there, so a slow disk never stalls a
+    /// reactor. 0 = off (the worker does them itself). Default 4.
+    pub io_threads: usize,
     /// How long an open file is trusted before it is looked up again
     /// (0 = before every request). Default `"1s"`.
     pub open_file_valid: Seconds,
@@ -306,6 +311,7 @@ impl Default for StaticFiles {
             io_profile: None,
             read_chunk: Bytes(64 * 1024),
             open_file_cache: 1024,
+            io_threads: 4,
             open_file_valid: Seconds(Duration::from_secs(1)),
             charset: "utf-8".into(),
             mime_types: BTreeMap::new(),
@@ -1082,6 +1088,7 @@ impl Config {
             (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),
             (self.limits.unsent_bytes.0 > u64::from(u32::MAX), "limits", "unsent_bytes", "must be below 4GiB"),
             (self.static_files.open_file_cache == 0, "static", "open_file_cache", "must be at least 1"),
+            (self.static_files.io_threads > 1024, "static", "io_threads", "must be at most 1024"),
             (
                 self.static_files.io_classes.len() > 7
                     || self.static_files.io_classes.first().is_some_and(|b| b.0 == 0)

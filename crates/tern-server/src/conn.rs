@@ -18,6 +18,8 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tern_http::request::{parse_head, BodyFraming, Head, Request, Version, MAX_HEADERS};
@@ -29,6 +31,7 @@ use crate::config::Level;
 use crate::error_log::log;
 use crate::handover::Moved;
 use crate::metrics::TimeoutKind;
+use crate::offload::{Done, Task, Ticket};
 use crate::reaper;
 use crate::reply::{Params, Reply};
 use crate::request_body::{BodyError, BodyReader};
@@ -63,6 +66,8 @@ enum Phase {
     /// After a final answer: output shut down, input drained until the
     /// peer closes, so a reset cannot destroy the answer in flight.
     Linger,
+    /// Waiting for the I/O pool (a file being opened or read).
+    Wait,
 }
 
 /// The clock a phase runs against (see `config::Timeouts`).
@@ -76,6 +81,8 @@ enum Clock {
     /// The program's output ended; waiting for it to exit.
     Exit,
     Linger,
+    /// Waiting for the I/O pool (held to `timeouts.send`).
+    Disk,
 }
 
 struct Timer {
@@ -112,6 +119,24 @@ struct Backend {
     host: String,
     head_only: bool,
     http10: bool,
+}
+
+/// Work in the I/O pool a connection waits for.
+struct Waiting {
+    ticket: Arc<Ticket>,
+    awaited: Awaited,
+    /// The phase and clock to go back to.
+    phase: Phase,
+    timer: Timer,
+}
+
+enum Awaited {
+    /// A path being opened: the request (its head's bytes, and whether its
+    /// body was read into `spool`) is answered again with the result.
+    Open { head: Vec<u8>, body_read: bool },
+    /// The file region at `offset` at the front of the output queue being
+    /// read: the bytes go in its place.
+    Read { offset: u64 },
 }
 
 /// How long an idle connection stays open once the server stops: a
@@ -171,6 +196,7 @@ pub struct Conn {
     tls: Option<Box<Session>>,
     /// On a redirecting address: the HTTPS port to send clients to.
     redirect: Option<u16>,
+    waiting: Option<Box<Waiting>>,
 }
 
 /// An answered request waiting for the end of its response.
@@ -193,7 +219,7 @@ impl Conn {
             peers: Peers { peer, local },
             rbuf: Vec::new(),
             rpos: 0,
-            out: OutQueue::new(st.read_chunk.usize()),
+            out: OutQueue::new(st.read_chunk.usize(), w.offload.is_some()),
             phase: Phase::Head,
             may_read: false,
             may_write: true,
@@ -214,6 +240,7 @@ impl Conn {
             fresh: true,
             tls: None,
             redirect: None,
+            waiting: None,
         }
     }
 
@@ -253,7 +280,7 @@ impl Conn {
         self.may_read |= readable || read_closed;
         self.eof_pending |= read_closed;
         self.may_write |= writable;
-        if hangup && self.backend.is_some() {
+        if hangup && (self.backend.is_some() || self.waiting.is_some()) {
             // The client is gone: the program's work is abandoned. (A mere
             // half-close is not an abort: the client may still read.)
             self.abort_backend(w);
@@ -262,8 +289,8 @@ impl Conn {
         self.drive(shared, w)
     }
 
-    /// The backend's descriptor may have become readable, writable (or
-    /// closed).
+    /// The backend's descriptor (or the I/O pool's signal) may have become
+    /// readable, writable (or closed).
     pub fn on_backend_ready(
         &mut self,
         shared: &Shared,
@@ -275,7 +302,80 @@ impl Conn {
         if let Some(b) = self.backend.as_mut() {
             b.job.on_ready(readable, writable, closed);
         }
+        if self.waiting.is_some() {
+            if let Some(status) = self.resume(shared, w) {
+                return status;
+            }
+        }
         self.drive(shared, w)
+    }
+
+    /// Hands `ticket`'s work to the I/O pool's care: its signal becomes the
+    /// connection's second descriptor, and the connection waits.
+    fn wait(&mut self, shared: &Shared, w: &mut Worker<'_>, ticket: Arc<Ticket>, awaited: Awaited) -> Option<Status> {
+        let watched = w.watcher.watch(self.key, ticket.fd());
+        let now = w.now;
+        let timer = std::mem::replace(&mut self.timer, Timer { clock: Clock::Disk, start: now, bytes: 0 });
+        let phase = std::mem::replace(&mut self.phase, Phase::Wait);
+        self.waiting = Some(Box::new(Waiting { ticket, awaited, phase, timer }));
+        if let Err(err) = watched {
+            // Cannot be told: wait here instead.
+            log!(Level::Error, "cannot watch the I/O pool's signal: {err}");
+            let _ = sys::wait_readable(self.waiting.as_ref().map(|x| x.ticket.fd())?);
+            return self.resume(shared, w);
+        }
+        None
+    }
+
+    /// The I/O pool is done: the connection goes on where it stopped.
+    /// Returns a status to return, or `None` to keep driving.
+    fn resume(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Option<Status> {
+        let waiting = self.waiting.take()?;
+        let Some(done) = waiting.ticket.take() else {
+            self.waiting = Some(waiting);
+            return None;
+        };
+        let _ = w.watcher.unwatch(waiting.ticket.fd());
+        let Waiting { awaited, phase, timer, .. } = *waiting;
+        self.phase = phase;
+        self.timer = timer;
+        match (awaited, done) {
+            (Awaited::Read { offset }, Done::Read(Ok(bytes))) => self.out.insert_read(offset, bytes),
+            (Awaited::Read { .. }, Done::Read(Err(err))) => {
+                self.read_failed(&err);
+                return Some(Status::Closed);
+            }
+            (Awaited::Open { head, body_read }, Done::Opened(found)) => {
+                w.resolved = Some(found);
+                let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                let answered = match parse_head(&head, &shared.http_limits, &mut fields) {
+                    Ok(Head::Complete(req)) => {
+                        self.answer(shared, w, &req, &head, body_read);
+                        true
+                    }
+                    _ => false,
+                };
+                w.resolved = None;
+                if !answered {
+                    return Some(Status::Closed);
+                }
+                if self.waiting.is_none() {
+                    self.spool = Spool::default();
+                }
+            }
+            _ => return Some(Status::Closed),
+        }
+        None
+    }
+
+    /// Logs a file that could not be sent: one that ended early is the
+    /// server's fault, worth an error line; a peer that went away is not.
+    fn read_failed(&self, err: &std::io::Error) {
+        if err.kind() == std::io::ErrorKind::UnexpectedEof {
+            log!(Level::Error, "{}: {err}", self.peers.peer);
+        } else {
+            log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
+        }
     }
 
     fn set_clock(&mut self, clock: Clock, w: &mut Worker<'_>) {
@@ -293,7 +393,7 @@ impl Conn {
         }
         loop {
             match self.phase {
-                Phase::Send => match self.flush(w) {
+                Phase::Send => match self.flush(shared, w) {
                     Sent::All => {
                         if let Some(status) = self.sent(w) {
                             return status;
@@ -362,7 +462,7 @@ impl Conn {
                     if self.out.is_empty() {
                         return Status::Open;
                     }
-                    match self.flush(w) {
+                    match self.flush(shared, w) {
                         Sent::All => {}
                         Sent::Wait => return Status::Open,
                         Sent::Failed => {
@@ -372,6 +472,7 @@ impl Conn {
                     }
                 }
                 Phase::Linger => return self.linger(w),
+                Phase::Wait => return Status::Open,
             }
         }
     }
@@ -380,34 +481,54 @@ impl Conn {
     /// byte (heads, files by any I/O method, compressed and CGI bodies —
     /// any backend's output relayed through the queue) leaves here, so
     /// this is where `bytes_sent` counts.
-    fn flush(&mut self, w: &Worker<'_>) -> Sent {
-        if !self.may_write {
-            return Sent::Wait;
-        }
-        let before = self.out.written;
-        let result = match self.tls.as_mut() {
-            Some(tls) => self.out.flush_tls(tls, &self.sock),
-            None => self.out.flush(self.sock.as_fd()),
-        };
-        let sent = self.out.written - before;
-        self.timer.bytes += sent;
-        w.stats.bytes_sent.add(sent);
-        match result {
-            Ok(Flushed::All) => Sent::All,
-            Ok(Flushed::Blocked) => {
-                self.may_write = false;
-                Sent::Wait
+    fn flush(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Sent {
+        loop {
+            if !self.may_write {
+                return Sent::Wait;
             }
-            // A file that ended early is the server's fault, worth an error
-            // line; a peer that went away is not.
-            Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof => {
-                log!(Level::Error, "{}: {err}", self.peers.peer);
-                Sent::Failed
-            }
-            Err(err) => {
-                log!(Level::Debug, "{}: send failed: {err}", self.peers.peer);
-                Sent::Failed
-            }
+            let before = self.out.written;
+            let result = match self.tls.as_mut() {
+                Some(tls) => self.out.flush_tls(tls, &self.sock),
+                None => self.out.flush(self.sock.as_fd()),
+            };
+            let sent = self.out.written - before;
+            self.timer.bytes += sent;
+            w.stats.bytes_sent.add(sent);
+            return match result {
+                Ok(Flushed::All) => Sent::All,
+                Ok(Flushed::Blocked) => {
+                    self.may_write = false;
+                    Sent::Wait
+                }
+                // Pages not in memory: read in the I/O pool (only a queue
+                // of a connection with a pool says this).
+                Ok(Flushed::Cold { file, offset, len }) => {
+                    let Some(pool) = w.offload else { return Sent::Failed };
+                    let submitted = pool.submit(Task::Read { file: file.clone(), offset, len });
+                    let Ok(ticket) = submitted else {
+                        // No eventfd to wait on: read here.
+                        let mut bytes = vec![0; len];
+                        if let Err(err) = file.file.read_exact_at(&mut bytes, offset) {
+                            let eof = err.kind() == std::io::ErrorKind::UnexpectedEof;
+                            self.read_failed(&if eof { file.shrank() } else { err });
+                            return Sent::Failed;
+                        }
+                        self.out.insert_read(offset, bytes);
+                        continue;
+                    };
+                    w.stats.offloaded_reads.incr();
+                    match self.wait(shared, w, ticket, Awaited::Read { offset }) {
+                        Some(Status::Closed) => Sent::Failed,
+                        // Done already (waited here): send on.
+                        Some(Status::Open) | None if self.waiting.is_none() => continue,
+                        _ => Sent::Wait,
+                    }
+                }
+                Err(err) => {
+                    self.read_failed(&err);
+                    Sent::Failed
+                }
+            };
         }
     }
 
@@ -560,7 +681,7 @@ impl Conn {
         match parse_head(&raw, &shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
                 self.spool = Spool::default();
-                self.answer(shared, w, &req, true);
+                self.answer(shared, w, &req, &raw, true);
             }
             _ => self.backend_error(w, b, 502),
         }
@@ -595,8 +716,9 @@ impl Conn {
                         self.set_clock(Clock::Body, w);
                     }
                     _ => {
+                        let head = &rbuf[self.rpos..self.rpos + req.head_len];
                         self.rpos += req.head_len;
-                        self.answer(shared, w, &req, false);
+                        self.answer(shared, w, &req, head, false);
                     }
                 }
                 Some(true)
@@ -696,21 +818,26 @@ impl Conn {
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let answered = match parse_head(&rbuf[self.rpos..], &shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
+                let head = &rbuf[self.rpos..self.rpos + req.head_len];
                 self.rpos += req.head_len;
-                self.answer(shared, w, &req, true);
+                self.answer(shared, w, &req, head, true);
                 Some(true)
             }
             _ => None,
         };
         self.rbuf = rbuf;
-        // What the site did not take.
-        self.spool = Spool::default();
+        if self.waiting.is_none() {
+            // What the site did not take (kept for the request's second
+            // answer while a file is opened).
+            self.spool = Spool::default();
+        }
         answered
     }
 
-    /// Answers a complete request, queueing the response. `body_read`:
-    /// its body (if any) has been read off the connection.
-    fn answer(&mut self, shared: &Shared, w: &mut Worker<'_>, req: &Request<'_>, body_read: bool) {
+    /// Answers a complete request (parsed from `head`), queueing the
+    /// response. `body_read`: its body (if any) has been read off the
+    /// connection.
+    fn answer(&mut self, shared: &Shared, w: &mut Worker<'_>, req: &Request<'_>, head: &[u8], body_read: bool) {
         let config = &w.config;
         let limits = &config.limits;
         if self.out.buf.capacity() == 0 {
@@ -746,13 +873,29 @@ impl Conn {
         } else {
             shared.site.respond(req, &mut self.spool, self.peers, &mut reply, w)
         };
-        if let Answer::Backend(job) = answer {
-            self.keep_alive = reply.keep_alive;
-            return self.start_backend(w, req, job);
+        let ticket = match answer {
+            Answer::Backend(job) => {
+                self.keep_alive = reply.keep_alive;
+                return self.start_backend(w, req, job);
+            }
+            Answer::Waiting(ticket) => ticket,
+            Answer::Done => {
+                reply.finish();
+                let (status, body_len, keep_alive) = (reply.status, reply.body_len, reply.keep_alive);
+                return self.answered_whole(w, req, status, body_len, keep_alive);
+            }
+        };
+        // Not answered yet: answered again once the file is open.
+        self.requests -= 1;
+        let awaited = Awaited::Open { head: head.to_vec(), body_read };
+        if let Some(Status::Closed) = self.wait(shared, w, ticket, awaited) {
+            self.answer_error(w, 500, req.request_line.as_bytes());
         }
-        reply.finish();
-        let (status, body_len) = (reply.status, reply.body_len);
-        self.keep_alive = reply.keep_alive;
+    }
+
+    /// Counts and logs an answer that is queued whole.
+    fn answered_whole(&mut self, w: &mut Worker<'_>, req: &Request<'_>, status: u16, body_len: u64, keep_alive: bool) {
+        self.keep_alive = keep_alive;
         w.stats.requests.incr();
         w.stats.status(status);
         w.log.record(&Entry {
@@ -1023,6 +1166,7 @@ impl Conn {
             Clock::Backend => unreachable!("backend deadlines are the job's"),
             Clock::Exit => (reaper::EXIT_GRACE, 0),
             Clock::Linger => (t.linger.0, 0),
+            Clock::Disk => (t.send.0, 0),
         };
         let elapsed = w.now.saturating_duration_since(self.timer.start);
         let mut bytes = self.timer.bytes;
@@ -1053,7 +1197,7 @@ impl Conn {
             Clock::Idle => TimeoutKind::Idle,
             Clock::Header => TimeoutKind::Header,
             Clock::Body => TimeoutKind::Body,
-            Clock::Send | Clock::Linger | Clock::Backend | Clock::Exit => TimeoutKind::Send,
+            Clock::Send | Clock::Linger | Clock::Backend | Clock::Exit | Clock::Disk => TimeoutKind::Send,
         };
         if self.timer.clock != Clock::Linger && !w.closing() {
             w.stats.timeout(kind);
@@ -1167,6 +1311,10 @@ impl Conn {
         }
         // Off the worker's idle count: it is ending.
         self.set_clock(Clock::Linger, w);
+        if let Some(waiting) = self.waiting.take() {
+            // The pool finishes the task; nobody waits for it.
+            let _ = w.watcher.unwatch(waiting.ticket.fd());
+        }
         w.pool.give(std::mem::take(&mut self.rbuf));
         self.out.clear();
         let (buf, _) = self.out.release();

@@ -14,7 +14,8 @@
 //! `conn.rs`, `request_body.rs`, `shared.rs`, `handover.rs`, `per_ip.rs` → `site/` → `compress/` →
 //! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `tls.rs`, `static_io.rs`,
 //! `calibrate.rs` → files and
-//! records (`open_files.rs`, `resolve.rs`, `reaper.rs`, `access_log.rs`, `service_records.rs`,
+//! records (`open_files.rs`, `resolve.rs`, `offload.rs`, `reaper.rs`, `access_log.rs`,
+//! `service_records.rs`,
 //! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `listeners.rs`,
 //! `spool.rs`, `sys.rs`). Nothing imports
 //! this file.
@@ -30,6 +31,7 @@ pub mod error_log;
 pub mod handover;
 pub mod listeners;
 pub mod metrics;
+pub mod offload;
 pub mod open_files;
 pub mod per_ip;
 pub mod privileges;

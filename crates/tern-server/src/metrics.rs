@@ -93,6 +93,10 @@ pub struct WorkerStats {
     pub tls_versions: [Counter; 2],
     /// TLS connections open in this worker (gauge).
     pub tls_active: Counter,
+    /// Opens (open-file table misses) done by the I/O pool.
+    pub offloaded_opens: Counter,
+    /// File regions not in the page cache read by the I/O pool.
+    pub offloaded_reads: Counter,
 }
 
 impl WorkerStats {
@@ -204,6 +208,8 @@ pub struct Totals {
     pub tls_failed: u64,
     pub tls_versions: [u64; 2],
     pub tls_active: u64,
+    pub offloaded_opens: u64,
+    pub offloaded_reads: u64,
 }
 
 impl Totals {
@@ -243,6 +249,8 @@ impl Totals {
                 *sum += c.get();
             }
             t.tls_active += w.tls_active.get();
+            t.offloaded_opens += w.offloaded_opens.get();
+            t.offloaded_reads += w.offloaded_reads.get();
         }
         t
     }

@@ -23,6 +23,7 @@ use std::fs::File;
 use std::mem::MaybeUninit;
 use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,53 @@ pub struct OpenFile {
     /// Whether responses depend on `Accept-Encoding` (see
     /// `Compression::negotiable`).
     pub negotiable: bool,
+    /// All its pages were found in the page cache (see
+    /// [`OpenFile::resident_until`]); cleared when the entry is
+    /// revalidated, so pages evicted since are noticed then.
+    pub resident: AtomicBool,
+}
+
+/// Pages looked at by one residency check (2 MiB of 4 KiB pages).
+const RESIDENCY_WINDOW: usize = 512;
+
+impl OpenFile {
+    /// The error for a file that ended before its announced length: the
+    /// response cannot be completed, so the connection must close.
+    pub fn shrank(&self) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("file /{} shrank while sent: response cut short", String::from_utf8_lossy(&self.rel_path)),
+        )
+    }
+    /// How far from `offset` (at most `len` bytes) the file's pages are
+    /// known to be in the page cache, so sending them cannot wait for a
+    /// disk; `None` when the page at `offset` is not (or it cannot be
+    /// told: no mapping) and reading it belongs in the I/O pool.
+    ///
+    /// Once a check found the whole file resident, none is made again
+    /// until the entry is revalidated: a hot file costs no system call.
+    /// Otherwise one `mincore` of the mapping looks at up to
+    /// [`RESIDENCY_WINDOW`] pages. (The kernel answers for files the
+    /// server's user owns or may write; for others it says "resident".)
+    pub fn resident_until(&self, offset: u64, len: u64) -> Option<u64> {
+        let end = offset + len;
+        if self.resident.load(Relaxed) {
+            return Some(end);
+        }
+        let map = self.mapping.as_ref().filter(|m| offset < m.len() as u64)?;
+        let page = crate::sys::page_size() as u64;
+        let start = offset / page * page;
+        let stop = end.min(start + RESIDENCY_WINDOW as u64 * page).min(map.len() as u64);
+        let mut pages = [0u8; RESIDENCY_WINDOW];
+        let count = (stop - start).div_ceil(page) as usize;
+        crate::sys::mincore(map, start as usize, (stop - start) as usize, &mut pages).ok()?;
+        let resident = pages[..count].iter().take_while(|p| *p & 1 == 1).count();
+        if resident == count && start == 0 && stop == self.size {
+            self.resident.store(true, Relaxed);
+        }
+        let until = if resident == count { stop } else { start + resident as u64 * page };
+        (until > offset).then_some(until.min(end))
+    }
 }
 
 /// What makes two opens of a path "the same file".
@@ -191,6 +239,7 @@ impl OpenFileTable {
         if let Some(entry) = self.entries.get_mut(key) {
             entry.checked = now;
             entry.changed = false;
+            entry.file.resident.store(false, Relaxed);
         }
     }
 

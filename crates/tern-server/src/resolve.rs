@@ -74,6 +74,12 @@ impl Root {
         Ok(Root { dir, resolve, index })
     }
 
+    /// The same root on a duplicated descriptor (for the I/O pool's
+    /// threads, which open files for the workers).
+    pub fn try_clone(&self) -> io::Result<Root> {
+        Ok(Root { dir: self.dir.try_clone()?, resolve: self.resolve, index: self.index.clone() })
+    }
+
     /// The name of index file number `i`.
     pub fn index_name(&self, i: usize) -> &str {
         &self.index[i]

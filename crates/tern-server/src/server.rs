@@ -14,6 +14,7 @@ use crate::engine::event;
 use crate::error_log::log;
 use crate::handover::Doors;
 use crate::metrics::{Ending, ServerStats};
+use crate::offload::Offload;
 use crate::per_ip::PerIp;
 use crate::room::Room;
 use crate::service_records::RecordTarget;
@@ -250,6 +251,10 @@ impl Server {
             max_headers: config.limits.max_headers,
         };
         let (read_chunk, unsent) = (config.static_files.read_chunk.usize(), config.limits.unsent_bytes.0);
+        let offload = match config.static_files.io_threads {
+            0 => None,
+            n => Some(Offload::start(n, site.root.try_clone()?)?),
+        };
         let shared = Arc::new(Shared {
             config,
             http_limits,
@@ -258,6 +263,7 @@ impl Server {
             access,
             records,
             io: io.clone(),
+            offload,
             per_ip,
             tls,
             room: Room::new(workers),

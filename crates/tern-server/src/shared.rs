@@ -11,6 +11,7 @@ use crate::access_log::AccessTarget;
 use crate::config::Config;
 use crate::handover::Doors;
 use crate::metrics::ServerStats;
+use crate::offload::Offload;
 use crate::per_ip::PerIp;
 use crate::room::Room;
 use crate::service_records::RecordTarget;
@@ -30,6 +31,9 @@ pub struct Shared {
     /// Which I/O method sends which file (a calibration thread may
     /// update it after start).
     pub io: std::sync::Arc<StaticIo>,
+    /// The blocking I/O pool (`static.io_threads`; `None` when 0), lent to
+    /// the connections of engines that are reactors.
+    pub offload: Option<Offload>,
     /// Connections per client address, when `limits.max_connections_per_ip`
     /// is set.
     pub per_ip: Option<PerIp>,

@@ -144,3 +144,42 @@ pub fn release_free_memory() {
         libc::malloc_trim(0);
     }
 }
+
+/// A non-blocking eventfd: a completion another thread signals, watched by
+/// a reactor.
+pub fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    use rustix::event::EventfdFlags;
+    Ok(rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?)
+}
+
+/// Makes an eventfd readable.
+pub fn signal_eventfd(fd: BorrowedFd<'_>) {
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+}
+
+/// `mincore(2)`: one byte per page of `map[offset..offset + len]`
+/// (`offset` page-aligned) into `pages`, bit 0 set for a page in memory.
+pub fn mincore(map: &[u8], offset: usize, len: usize, pages: &mut [u8]) -> io::Result<()> {
+    assert!(offset + len <= map.len() && len.div_ceil(page_size()) <= pages.len());
+    // SAFETY: the range lies within the mapping (checked above) and
+    // `pages` has a byte for each of its pages; nothing is dereferenced.
+    let r = unsafe { libc::mincore(map.as_ptr().add(offset) as *mut libc::c_void, len, pages.as_mut_ptr()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The page size (from the auxiliary vector: no system call).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
+/// Blocks until `fd` is readable.
+pub fn wait_readable(fd: BorrowedFd<'_>) -> io::Result<()> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    poll(&mut [PollFd::new(&fd, PollFlags::IN)], None)?;
+    Ok(())
+}

@@ -14,8 +14,10 @@ use tern_http::date::DateCache;
 use crate::access_log::{AccessLog, AccessTarget};
 use crate::config::Config;
 use crate::metrics::{Ending, ServerStats, WorkerStats};
+use crate::offload::Offload;
 use crate::open_files::OpenFileTable;
 use crate::reaper::Reaper;
+use crate::resolve::{Found, ResolveError};
 use crate::service_records::{RecordTarget, ServiceLog};
 use crate::static_io::StaticIo;
 use crate::sys;
@@ -91,6 +93,12 @@ pub struct Worker<'s> {
     /// Connections kept alive and idle between requests (kept by `Conn` as
     /// its clock changes; the engine publishes it for `room.rs`).
     pub idle: usize,
+    /// The I/O pool, lent only by an engine whose thread must never wait
+    /// for a disk (a reactor); `None`: opens and reads happen in place.
+    pub offload: Option<&'s Offload>,
+    /// What the I/O pool found for the path of the request being answered
+    /// again (taken by static files; cleared after the answer).
+    pub resolved: Option<Result<Found, ResolveError>>,
     /// Most connections open at once since memory was last given back.
     peak: usize,
 }
@@ -121,6 +129,8 @@ impl<'s> Worker<'s> {
             reaper: Reaper::new(config.cgi.kill_group),
             listeners: Vec::new(),
             idle: 0,
+            offload: None,
+            resolved: None,
             peak: 0,
         }
     }

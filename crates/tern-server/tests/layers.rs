@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "open_files",
             "resolve",
+            "offload",
             "reaper",
             "access_log",
             "service_records",

@@ -93,6 +93,8 @@ pub fn run(
     let _ = ready.send(Ok(waker));
     let mut w = shared.worker(index, Box::new(EpollWatcher(registry)));
     w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
+    // A reactor: what may wait for a disk goes to the I/O pool.
+    w.offload = shared.offload.as_ref();
     if let Some(fd) = w.files.changes_fd().map(|fd| fd.as_raw_fd()) {
         if let Err(e) = poll.registry().register(&mut SourceFd(&fd), FILES, Interest::READABLE) {
             log!(Level::Warn, "worker {index}: file changes not watched ({e}); open files are checked on each use");

@@ -82,6 +82,11 @@ pub fn serve(
                 "hit_rate": if t.open_file_hits + t.open_file_misses == 0 { 0.0 }
                             else { t.open_file_hits as f64 / (t.open_file_hits + t.open_file_misses) as f64 },
             },
+            "io_pool": {
+                "threads": config.static_files.io_threads,
+                "opens": t.offloaded_opens,
+                "reads": t.offloaded_reads,
+            },
             "compression": compression_json(compression, &t),
             "fastcgi": fastcgi_json(fastcgi),
             "tls": {
@@ -334,6 +339,13 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
     metric("open_file_cache_hits_total", "counter", "Open-file table hits.", &[("", t.open_file_hits)]);
     metric("open_file_cache_misses_total", "counter", "Open-file table misses.", &[("", t.open_file_misses)]);
     metric("open_file_cache_entries", "gauge", "Open-file table entries.", &[("", t.open_files)]);
+    metric("io_pool_opens_total", "counter", "File opens done by the I/O pool.", &[("", t.offloaded_opens)]);
+    metric(
+        "io_pool_reads_total",
+        "counter",
+        "File regions not in the page cache read by the I/O pool.",
+        &[("", t.offloaded_reads)],
+    );
     metric("cgi_running", "gauge", "CGI programs running.", &[("", cgi_running)]);
     metric("cgi_started_total", "counter", "CGI programs started.", &[("", t.cgi_started)]);
     metric("cgi_rejected_total", "counter", "CGI requests refused at the process cap.", &[("", t.cgi_rejected)]);

@@ -9,6 +9,7 @@ pub mod internal;
 pub mod static_files;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tern_http::request::TargetForm;
 use tern_http::{path, Request};
@@ -16,6 +17,7 @@ use tern_http::{path, Request};
 use crate::compress::Compression;
 use crate::config::{Config, Level};
 use crate::error_log::log;
+use crate::offload::Ticket;
 use crate::reply::Reply;
 use crate::resolve::Root;
 use crate::spool::Spool;
@@ -46,6 +48,10 @@ pub enum Answer {
     Done,
     /// A backend was started; its output becomes the response.
     Backend(Job),
+    /// Nothing is answered yet: the file is being opened in the I/O pool.
+    /// Once the ticket is done, its result goes to `Worker::resolved` and
+    /// the request is answered again.
+    Waiting(Arc<Ticket>),
 }
 
 impl Site {
@@ -134,8 +140,10 @@ impl Site {
                     static_files: &self.static_files,
                     compression: &self.compression,
                 };
-                static_files::serve(files, req, norm, reply, w);
-                Answer::Done
+                match static_files::serve(files, req, norm, reply, w) {
+                    Some(ticket) => Answer::Waiting(ticket),
+                    None => Answer::Done,
+                }
             }
             Some(Err(err)) => {
                 reply.error(err.status());

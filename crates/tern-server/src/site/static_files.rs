@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io::Write;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use memmap2::Mmap;
@@ -17,6 +18,7 @@ use crate::compress::cache::Entry;
 use crate::compress::{Choice, Compression, VARY};
 use crate::config::{Config, IoChoice, IoMethod, Level};
 use crate::error_log::log;
+use crate::offload::{Task, Ticket};
 use crate::open_files::{Identity, OpenFile};
 use crate::reply::Reply;
 use crate::resolve::{Found, ResolveError, Root};
@@ -35,7 +37,8 @@ pub struct Files<'a> {
 
 /// What static serving needs from the configuration, prepared once.
 pub struct Settings {
-    /// Whether opened files are mapped (some size class may use `mmap`).
+    /// Whether opened files are mapped: some size class may use `mmap`, or
+    /// the I/O pool asks the mapping which pages are in memory.
     maps: bool,
     charset: String,
     mime_types: Vec<(String, String)>,
@@ -55,7 +58,7 @@ impl Settings {
         let st = &config.static_files;
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         Settings {
-            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)),
+            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)) || st.io_threads > 0,
             charset: st.charset.clone(),
             mime_types: st
                 .mime_types
@@ -99,20 +102,17 @@ impl Settings {
     }
 
     /// Builds the table entry for a freshly opened file; `rel_path` is
-    /// its path relative to the root.
-    fn open_file(
-        &self,
-        file: File,
-        stat: &rustix::fs::Stat,
-        rel_path: Vec<u8>,
-        compression: &Compression,
-    ) -> std::io::Result<OpenFile> {
+    /// its path relative to the root. A file that cannot be mapped (a FUSE
+    /// file opened with `direct_io`, a special file system) is sent with
+    /// `sendfile` instead of `mmap`.
+    fn open_file(&self, file: File, stat: &rustix::fs::Stat, rel_path: Vec<u8>, compression: &Compression) -> OpenFile {
         let identity = Identity::of(stat);
         let mapping = if self.maps && identity.size > 0 {
             // SAFETY: the mapping is only ever read by the kernel (through
-            // write/sendmsg), never dereferenced in user space; a file
-            // truncated underneath makes that write fail with EFAULT.
-            Some(unsafe { Mmap::map(&file)? })
+            // write/sendmsg, and `mincore` asks which pages are in memory),
+            // never dereferenced in user space; a file truncated underneath
+            // makes that write fail with EFAULT.
+            unsafe { Mmap::map(&file) }.ok()
         } else {
             None
         };
@@ -129,7 +129,7 @@ impl Settings {
         if negotiable {
             headers.extend_from_slice(VARY);
         }
-        Ok(OpenFile {
+        OpenFile {
             file,
             size: identity.size,
             identity,
@@ -141,13 +141,22 @@ impl Settings {
             headers: headers.into(),
             rel_path: rel_path.into(),
             negotiable,
-        })
+            resident: AtomicBool::new(false),
+        }
     }
 }
 
 /// Answers a request for a file under the document root; `w.path` holds
-/// its normalised path.
-pub fn serve(site: Files<'_>, req: &Request<'_>, norm: Normalized, reply: &mut Reply<'_>, w: &mut Worker<'_>) {
+/// its normalised path. Returns the ticket to wait for when the path was
+/// handed to the I/O pool to open (nothing is answered yet: the request is
+/// answered again once `w.resolved` holds the result).
+pub fn serve(
+    site: Files<'_>,
+    req: &Request<'_>,
+    norm: Normalized,
+    reply: &mut Reply<'_>,
+    w: &mut Worker<'_>,
+) -> Option<Arc<Ticket>> {
     // The key tells `dir/` (its index) from `dir` (a redirect).
     let rel_len = w.path.len();
     if norm.trailing_slash {
@@ -155,8 +164,12 @@ pub fn serve(site: Files<'_>, req: &Request<'_>, norm: Normalized, reply: &mut R
     }
     let mut revalidate = false;
     loop {
-        let Some((file, fresh)) = open(site, req, reply, w, rel_len, norm.trailing_slash, revalidate) else { return };
-        return match req.method {
+        let (file, fresh) = match open(site, req, reply, w, rel_len, norm.trailing_slash, revalidate) {
+            Opened::File(file, fresh) => (file, fresh),
+            Opened::Answered => return None,
+            Opened::Waiting(ticket) => return Some(ticket),
+        };
+        match req.method {
             Method::Get | Method::Head => match site.compression.select(site.root, req, w, &file, fresh) {
                 // The table's entry is older than the file: look again.
                 Choice::Changed if !revalidate => {
@@ -169,8 +182,19 @@ pub fn serve(site: Files<'_>, req: &Request<'_>, norm: Normalized, reply: &mut R
             },
             Method::Options => allow(reply, 200),
             _ => allow(reply, 405),
-        };
+        }
+        return None;
     }
+}
+
+/// What [`open`] found.
+enum Opened {
+    /// The open file, and whether it was resolved just now.
+    File(Arc<OpenFile>, bool),
+    /// The request was answered (redirect, 403, 404, …).
+    Answered,
+    /// The path is being resolved in the I/O pool.
+    Waiting(Arc<Ticket>),
 }
 
 /// The extension of the last segment of `path` (after its last `.`; empty
@@ -193,8 +217,8 @@ fn running_config(config: &Config) -> Option<(u64, u64)> {
 
 /// The open file for the request's path (`w.path`, its first `rel_len`
 /// bytes relative to the root), from the open-file table or resolved anew
-/// (always when `revalidate`); with whether it was resolved just now.
-/// `None` when the request was answered (redirect, 403, 404, …).
+/// (always when `revalidate`): on a reactor, by the I/O pool (the result
+/// comes back in `w.resolved`), else here.
 fn open(
     site: Files<'_>,
     req: &Request<'_>,
@@ -203,20 +227,38 @@ fn open(
     rel_len: usize,
     trailing_slash: bool,
     revalidate: bool,
-) -> Option<(Arc<OpenFile>, bool)> {
+) -> Opened {
     let cached = match w.files.lookup(&w.path, w.now) {
         Some((file, true)) if !revalidate => {
             w.stats.open_file_hits.incr();
-            return Some((file, false));
+            return Opened::File(file, false);
         }
         cached => cached,
     };
-    w.stats.open_file_misses.incr();
-    match site.root.find(&w.path[..rel_len], trailing_slash, &mut w.scratch) {
+    let found = match (w.resolved.take(), w.offload) {
+        // The pool's answer for this request, answered again.
+        (Some(found), _) => found,
+        (None, Some(pool)) => {
+            w.stats.open_file_misses.incr();
+            let task = Task::Open { path: w.path.clone(), rel_len, trailing_slash };
+            match pool.submit(task) {
+                Ok(ticket) => {
+                    w.stats.offloaded_opens.incr();
+                    return Opened::Waiting(ticket);
+                }
+                Err(_) => site.root.find(&w.path[..rel_len], trailing_slash, &mut w.scratch),
+            }
+        }
+        (None, None) => {
+            w.stats.open_file_misses.incr();
+            site.root.find(&w.path[..rel_len], trailing_slash, &mut w.scratch)
+        }
+    };
+    match found {
         Ok(Found::File { stat, .. }) if site.static_files.is_config_file(&stat) => {
             w.files.remove(&w.path);
             reply.error(404);
-            None
+            Opened::Answered
         }
         Ok(Found::File { index, .. })
             if site
@@ -225,12 +267,12 @@ fn open(
         {
             w.files.remove(&w.path);
             reply.error(403);
-            None
+            Opened::Answered
         }
         Ok(Found::File { file, stat, index }) => match cached {
             Some((old, _)) if old.identity == Identity::of(&stat) => {
                 w.files.refresh(&w.path, w.now);
-                Some((old, true))
+                Opened::File(old, true)
             }
             _ => {
                 let mut rel_path = w.path[..rel_len].to_vec();
@@ -240,19 +282,10 @@ fn open(
                     }
                     rel_path.extend_from_slice(site.root.index_name(i).as_bytes());
                 }
-                match site.static_files.open_file(file, &stat, rel_path, site.compression) {
-                    Ok(entry) => {
-                        let entry = Arc::new(entry);
-                        w.files.insert(&w.path, entry.clone(), w.now);
-                        w.stats.open_files.set(w.files.len() as u64);
-                        Some((entry, true))
-                    }
-                    Err(err) => {
-                        log!(Level::Error, "cannot map {:?}: {err}", req.path);
-                        reply.error(500);
-                        None
-                    }
-                }
+                let entry = Arc::new(site.static_files.open_file(file, &stat, rel_path, site.compression));
+                w.files.insert(&w.path, entry.clone(), w.now);
+                w.stats.open_files.set(w.files.len() as u64);
+                Opened::File(entry, true)
             }
         },
         Ok(Found::DirectoryWithoutSlash) => {
@@ -265,12 +298,12 @@ fn open(
                 location.extend_from_slice(q.as_bytes());
             }
             reply.redirect(301, &location);
-            None
+            Opened::Answered
         }
         Ok(Found::DirectoryWithoutIndex) => {
             w.files.remove(&w.path);
             reply.error(403);
-            None
+            Opened::Answered
         }
         Err(err) => {
             w.files.remove(&w.path);
@@ -278,7 +311,7 @@ fn open(
                 log!(Level::Error, "cannot open {:?}: {e}", req.path);
             }
             reply.error(err.status());
-            None
+            Opened::Answered
         }
     }
 }
