@@ -271,7 +271,8 @@ pub struct StaticFiles {
     /// Threads of the blocking I/O pool shared by the event engine's
     /// workers: opens that miss the open-file table and reads of file pages
     /// not in the page cache run there, so a slow disk never stalls a
-    /// reactor. 0 = off (the worker does them itself). Default 4.
+    /// reactor. 0 = off (the worker does them itself), the default until
+    /// its interplay with eviction at the connection cap is fixed.
     pub io_threads: usize,
     /// How long an open file is trusted before it is looked up again
     /// (0 = before every request). Default `"1s"`.
@@ -311,7 +312,7 @@ impl Default for StaticFiles {
             io_profile: None,
             read_chunk: Bytes(64 * 1024),
             open_file_cache: 1024,
-            io_threads: 4,
+            io_threads: 0,
             open_file_valid: Seconds(Duration::from_secs(1)),
             charset: "utf-8".into(),
             mime_types: BTreeMap::new(),

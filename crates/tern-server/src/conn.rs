@@ -314,8 +314,11 @@ impl Conn {
     /// connection's second descriptor, and the connection waits.
     fn wait(&mut self, shared: &Shared, w: &mut Worker<'_>, ticket: Arc<Ticket>, awaited: Awaited) -> Option<Status> {
         let watched = w.watcher.watch(self.key, ticket.fd());
-        let now = w.now;
-        let timer = std::mem::replace(&mut self.timer, Timer { clock: Clock::Disk, start: now, bytes: 0 });
+        // Through `set_clock`, so a connection taken off the idle count
+        // (`room.rs`) is put back on it exactly when it resumes.
+        let clock = self.timer.clock;
+        let timer = std::mem::replace(&mut self.timer, Timer { clock, start: w.now, bytes: 0 });
+        self.set_clock(Clock::Disk, w);
         let phase = std::mem::replace(&mut self.phase, Phase::Wait);
         self.waiting = Some(Box::new(Waiting { ticket, awaited, phase, timer }));
         if let Err(err) = watched {
@@ -338,6 +341,7 @@ impl Conn {
         let _ = w.watcher.unwatch(waiting.ticket.fd());
         let Waiting { awaited, phase, timer, .. } = *waiting;
         self.phase = phase;
+        self.set_clock(timer.clock, w);
         self.timer = timer;
         match (awaited, done) {
             (Awaited::Read { offset }, Done::Read(Ok(bytes))) => self.out.insert_read(offset, bytes),
