@@ -26,4 +26,15 @@ echo "== cargo test (workspace)"
 export XDG_DATA_HOME="$PWD/target/test-data"
 cargo test --workspace --locked
 
+# The end-to-end suite once more per thread model (the run above was the
+# default, event): one suite, the model picked by $TERN_MODEL in the harness.
+for model in pool per-request; do
+    echo "== end-to-end suite, server.model = $model"
+    TERN_MODEL=$model cargo test -p tern --locked \
+        --test static_files --test static_io --test corpus --test traversal --test hidden_files \
+        --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings \
+        --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst \
+        --test operations --test reload
+done
+
 echo "all tests passed"

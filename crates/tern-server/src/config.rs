@@ -55,8 +55,19 @@ pub struct Server {
     /// Worker threads (one reactor each); 0 = the CPUs this process may use
     /// (affinity mask and cgroup quota), at most [`MAX_WORKERS`]. Default 0.
     pub workers: usize,
-    /// Concurrency model. Default `"event"`.
+    /// Concurrency model: who runs the connection code (SPEC 2.6).
+    /// Default `"event"`.
     pub model: Model,
+    /// `pool`: the threads that serve connections while they have work.
+    /// Default 32.
+    pub threads: usize,
+    /// `per-request`: the most connection threads alive at once; past it a
+    /// new connection gets `503`. Default 5000.
+    pub max_threads: usize,
+    /// The CPUs the server's threads run on (`sched_setaffinity`); empty =
+    /// wherever the process may run. With `workers = 0`, one worker per
+    /// CPU listed. Default `[]`.
+    pub cpus: Vec<usize>,
     /// Open connections across all workers; past it a new connection gets
     /// `503` and is closed. Default 10000.
     pub max_connections: usize,
@@ -93,6 +104,9 @@ impl Default for Server {
             root: PathBuf::from("."),
             workers: 0,
             model: Model::Event,
+            threads: 32,
+            max_threads: 5000,
+            cpus: Vec::new(),
             max_connections: 10_000,
             backlog: 1024,
             index: vec!["index.html".into(), "index.htm".into()],
@@ -110,6 +124,9 @@ impl Default for Server {
 /// count (one reactor per CPU), low enough that a typo such as 100000 is
 /// refused rather than starting that many threads.
 pub const MAX_WORKERS: usize = 1024;
+
+/// CPU numbers `server.cpus` may name (the kernel's `cpu_set_t`).
+pub const CPU_SETSIZE: usize = 1024;
 
 /// One `server.listen` entry: the addresses it names, all on one port (with
 /// port 0 the first address picks it and the others follow).
@@ -160,13 +177,48 @@ impl<'de> Deserialize<'de> for Listen {
     }
 }
 
-/// The concurrency model (SPEC 2.6). The event model is the one built so
-/// far; the others are refused by name until they exist.
+/// The concurrency model (SPEC 2.6): who runs the one connection state
+/// machine. `staged` is refused until it is built.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Model {
+    /// A reactor per worker thread (epoll).
     Event,
+    /// Acceptors feed one queue; `server.threads` serve a connection while
+    /// it has work, an idle one waits in its acceptor's epoll set.
+    Pool,
+    /// Threads per stage with queues between them.
+    Staged,
+    /// A thread per connection, blocking in `poll(2)`.
+    PerRequest,
 }
+
+impl Model {
+    pub fn name(self) -> &'static str {
+        match self {
+            Model::Event => "event",
+            Model::Pool => "pool",
+            Model::Staged => "staged",
+            Model::PerRequest => "per-request",
+        }
+    }
+}
+
+impl std::str::FromStr for Model {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "event" => Ok(Model::Event),
+            "pool" => Ok(Model::Pool),
+            "staged" => Ok(Model::Staged),
+            "per-request" => Ok(Model::PerRequest),
+            _ => Err(format!("unknown model `{s}` (expected event, pool, staged or per-request)")),
+        }
+    }
+}
+
+/// The most threads `server.threads` and `server.max_threads` may ask for.
+pub const MAX_THREADS: usize = 100_000;
 
 /// How static file bodies are sent (SPEC 2.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -1086,6 +1138,30 @@ impl Config {
             ),
             (self.server.workers > MAX_WORKERS, "server", "workers", "must be at most 1024 (0 = one per usable CPU)"),
             (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
+            (
+                self.server.model == Model::Staged,
+                "server",
+                "model",
+                "\"staged\" is not built yet (event, pool or per-request)",
+            ),
+            (
+                self.server.threads == 0 || self.server.threads > MAX_THREADS,
+                "server",
+                "threads",
+                "must be between 1 and 100000",
+            ),
+            (
+                self.server.max_threads == 0 || self.server.max_threads > MAX_THREADS,
+                "server",
+                "max_threads",
+                "must be between 1 and 100000",
+            ),
+            (
+                self.server.cpus.iter().any(|&c| c >= CPU_SETSIZE),
+                "server",
+                "cpus",
+                "each must be a CPU number below 1024",
+            ),
             (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),
             (self.limits.unsent_bytes.0 > u64::from(u32::MAX), "limits", "unsent_bytes", "must be below 4GiB"),
             (self.static_files.open_file_cache == 0, "static", "open_file_cache", "must be at least 1"),
@@ -1192,6 +1268,28 @@ mod tests {
         assert_eq!(c.limits.body_buffer, Bytes(64 << 10));
         assert_eq!(c.timeouts.keepalive, Seconds(Duration::from_secs(15)));
         assert_eq!(c.server.root, PathBuf::from("/etc/tern/."));
+    }
+
+    #[test]
+    fn models_and_their_thread_settings() {
+        let c = parse("[server]\nmodel = \"pool\"\nthreads = 8\ncpus = [0]\n").unwrap();
+        assert_eq!((c.server.model, c.server.threads, c.server.cpus.as_slice()), (Model::Pool, 8, &[0][..]));
+        let c = parse("[server]\nmodel = \"per-request\"\nmax_threads = 100\n").unwrap();
+        assert_eq!((c.server.model, c.server.max_threads), (Model::PerRequest, 100));
+        assert_eq!((Config::default().server.threads, Config::default().server.max_threads), (32, 5000));
+        for (text, wanted) in [
+            ("[server]\nworkers = 1\nmodel = \"staged\"\n", "line 3: server.model: \"staged\" is not built yet"),
+            ("[server]\nthreads = 0\n", "line 2: server.threads: must be between 1 and 100000"),
+            ("[server]\nmax_threads = 0\n", "line 2: server.max_threads: must be between 1 and 100000"),
+            ("[server]\ncpus = [4096]\n", "line 2: server.cpus: each must be a CPU number below 1024"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(wanted), "{text:?}: {e}");
+        }
+        let e = parse("[server]\nmodel = \"threads\"\n").unwrap_err();
+        assert!(e.contains("unknown variant `threads`") && e.contains("line 2"), "{e}");
+        assert_eq!("per-request".parse::<Model>(), Ok(Model::PerRequest));
+        assert!("fork".parse::<Model>().unwrap_err().contains("expected event, pool, staged or per-request"));
     }
 
     #[test]

@@ -17,7 +17,7 @@
 //! every request with `308` to its HTTPS URL.
 
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,7 +43,7 @@ use crate::site::{Answer, Peers};
 use crate::spool::Spool;
 use crate::sys;
 use crate::tls::{self, Got, Role, Session};
-use crate::worker::Worker;
+use crate::worker::{Wait, Worker};
 
 /// Whether the engine should keep the connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,6 +265,25 @@ impl Conn {
         self.sock.as_raw_fd()
     }
 
+    /// The socket, for a blocking engine's `poll(2)`.
+    pub fn socket(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// What a blocking engine waits for: the socket's directions not known
+    /// to be ready, and the backend's descriptor while one runs.
+    pub fn waits(&self) -> (Wait, Option<(BorrowedFd<'_>, Wait)>) {
+        let sock = Wait { read: !self.may_read, write: !self.may_write };
+        (sock, self.backend.as_ref().and_then(|b| b.job.wait()))
+    }
+
+    /// Whether it waits on its socket alone (no backend runs): a
+    /// thread-pool engine leaves such a connection to its epoll set rather
+    /// than block a thread on it.
+    pub fn waits_on_socket_only(&self) -> bool {
+        self.backend.is_none()
+    }
+
     /// The socket may have become readable and/or writable; `read_closed`
     /// when the peer has shut down its side, `hangup` when the connection
     /// is gone both ways (reset).
@@ -384,8 +403,11 @@ impl Conn {
 
     fn set_clock(&mut self, clock: Clock, w: &mut Worker<'_>) {
         match (self.timer.clock == Clock::Idle, clock == Clock::Idle) {
-            (false, true) => w.idle += 1,
-            (true, false) => w.idle -= 1,
+            // Wrapping: under the pool engine a connection may go idle on
+            // one thread's `Worker` and wake on another's; only the event
+            // engine, where a connection keeps its worker, reads the count.
+            (false, true) => w.idle = w.idle.wrapping_add(1),
+            (true, false) => w.idle = w.idle.wrapping_sub(1),
             _ => {}
         }
         self.timer = Timer { clock, start: w.now, bytes: 0 };

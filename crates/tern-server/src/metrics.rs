@@ -115,8 +115,10 @@ impl WorkerStats {
 /// pages read: below the site, so a worker can lend it without knowing
 /// how the server was assembled.
 pub struct ServerStats {
-    /// One block per worker.
+    /// One block per thread that serves connections (its only writer).
     pub workers: Box<[WorkerStats]>,
+    /// The server's listener sets: event workers, pool fronts.
+    pub worker_threads: usize,
     /// Open connections across workers (for `max_connections`).
     pub connections: AtomicUsize,
     /// CGI programs running across workers (for `cgi.max_processes`).
@@ -141,9 +143,10 @@ pub enum Ending {
 }
 
 impl ServerStats {
-    pub fn new(workers: usize) -> ServerStats {
+    pub fn new(worker_threads: usize, blocks: usize) -> ServerStats {
         ServerStats {
-            workers: (0..workers).map(|_| WorkerStats::default()).collect(),
+            workers: (0..blocks).map(|_| WorkerStats::default()).collect(),
+            worker_threads,
             connections: AtomicUsize::new(0),
             cgi_running: AtomicUsize::new(0),
             ending: AtomicU8::new(Ending::Running as u8),

@@ -10,7 +10,7 @@ use crate::access_log::AccessTarget;
 use crate::compress::Compression;
 use crate::config::Config;
 use crate::config::Level;
-use crate::engine::event;
+use crate::engine;
 use crate::error_log::log;
 use crate::handover::Doors;
 use crate::metrics::{Ending, ServerStats};
@@ -99,7 +99,17 @@ impl Prepared {
         let records = RecordTarget::open(&config.log.service_records).map_err(|e| {
             StartError::Config(format!("{}: cannot open {}: {e}", at("service_records"), config.log.service_records))
         })?;
-        let workers = if config.server.workers == 0 { sys::usable_cpus() } else { config.server.workers };
+        let workers = match (config.server.workers, config.server.cpus.len()) {
+            (0, 0) => sys::usable_cpus(),
+            (0, cpus) => cpus,
+            (n, _) => n,
+        };
+        if let Some(cpu) = sys::cpu_not_allowed(&config.server.cpus) {
+            return Err(StartError::Config(format!(
+                "{}: CPU {cpu} is not one this process may run on",
+                config.at("server", "cpus")
+            )));
+        }
         let mut tls = tls::Setup::load(&config.tls).map_err(StartError::Config)?;
 
         // Each worker gets its own SO_REUSEPORT socket per address; the
@@ -255,11 +265,12 @@ impl Server {
             0 => None,
             n => Some(Offload::start(n, site.root.try_clone()?)?),
         };
+        let blocks = engine::stat_blocks(&config, workers);
         let shared = Arc::new(Shared {
             config,
             http_limits,
             site,
-            server: ServerStats::new(workers),
+            server: ServerStats::new(workers, blocks),
             access,
             records,
             io: io.clone(),
@@ -269,24 +280,8 @@ impl Server {
             room: Room::new(workers),
             successor: std::sync::OnceLock::new(),
         });
-        let mut threads = Vec::with_capacity(workers);
-        let mut queues = Vec::with_capacity(workers);
-        let mut wakers = Vec::with_capacity(workers);
-        for (index, listeners) in per_worker.into_iter().enumerate() {
-            let shared = shared.clone();
-            let (waker_tx, waker_rx) = std::sync::mpsc::channel();
-            let (queue, inbox) = std::sync::mpsc::channel();
-            queues.push(queue);
-            threads.push(std::thread::Builder::new().name(format!("tern-worker-{index}")).spawn(move || {
-                sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
-                event::run(&shared, index, listeners, inbox, waker_tx)
-            })?);
-            match waker_rx.recv() {
-                Ok(Ok(waker)) => wakers.push(waker),
-                Ok(Err(e)) => return Err(StartError::Io(e)),
-                Err(_) => return Err(StartError::Config("a worker failed to start".into())),
-            }
-        }
+        let started = engine::start(&shared, per_worker)?;
+        let wakers: Vec<Arc<mio::Waker>> = started.doors.iter().map(|(_, waker)| waker.clone()).collect();
         if io.needs_calibration() {
             std::thread::Builder::new()
                 .name("tern-calibrate".into())
@@ -294,8 +289,8 @@ impl Server {
         } else {
             log!(Level::Info, "{}", io.describe());
         }
-        let doors = Arc::new(Doors::new(queues.into_iter().zip(wakers.iter().cloned()).collect()));
-        Ok(Server { signals, shared, workers: threads, wakers, addrs, handover, doors })
+        let doors = Arc::new(Doors::new(started.doors));
+        Ok(Server { signals, shared, workers: started.threads, wakers, addrs, handover, doors })
     }
 
     /// Which I/O method sends which file, and why.
@@ -314,8 +309,10 @@ impl Server {
         &self.addrs
     }
 
+    /// Worker threads (event), fronts (pool) or acceptors (per-request):
+    /// one per listener set.
     pub fn workers(&self) -> usize {
-        self.workers.len()
+        self.shared.server.worker_threads
     }
 
     pub fn config(&self) -> &Config {

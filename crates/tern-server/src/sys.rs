@@ -9,6 +9,21 @@ pub fn usable_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Pins the calling thread (and the threads it starts) to `cpus`.
+pub fn pin(cpus: &[usize]) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    for &cpu in cpus {
+        set.set(cpu);
+    }
+    Ok(rustix::thread::sched_setaffinity(None, &set)?)
+}
+
+/// The first of `cpus` this process may not run on (its affinity mask).
+pub fn cpu_not_allowed(cpus: &[usize]) -> Option<usize> {
+    let allowed = rustix::thread::sched_getaffinity(None).ok()?;
+    cpus.iter().copied().find(|&c| c >= rustix::thread::CpuSet::MAX_CPU || !allowed.is_set(c))
+}
+
 /// Writes `bufs` with one `sendmsg`; `more` sets `MSG_MORE` so a head is
 /// coalesced with a `sendfile` body that follows.
 pub fn send_vectored(fd: BorrowedFd<'_>, bufs: &[io::IoSlice<'_>], more: bool) -> io::Result<usize> {

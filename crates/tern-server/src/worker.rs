@@ -26,9 +26,25 @@ use crate::sys;
 /// CGI program's output, a FastCGI socket) for reading and writing on
 /// behalf of connection `conn`. Closing the descriptor stops the watch;
 /// `unwatch` stops it for one that lives on (a pooled FastCGI connection).
-pub trait Watcher {
+pub trait Watcher: Send {
     fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()>;
     fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()>;
+}
+
+/// The directions a blocking engine waits for on a descriptor: those the
+/// connection does not know to be ready. Readiness is remembered as for
+/// edge-triggered epoll, so a level-triggered `poll(2)` on just these
+/// directions wakes once per change, never spins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Wait {
+    pub read: bool,
+    pub write: bool,
+}
+
+impl Wait {
+    pub fn any(self) -> bool {
+        self.read || self.write
+    }
 }
 
 /// Size of a pooled receive or send buffer: a typical request head, or a

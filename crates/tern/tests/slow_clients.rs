@@ -239,3 +239,29 @@ fn the_per_address_limit_refuses_only_the_address_over_it() {
     again.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(get_small(&mut again), 200);
 }
+
+#[test]
+fn idle_keep_alive_clients_three_times_the_threads_do_not_keep_new_clients_waiting() {
+    let site = common::site();
+    // Idle clients stay long past the assertion below: a model that held a
+    // thread per idle client would keep the new one waiting for 30 s.
+    let tern = Tern::start(&site.root, "sendfile", "[server]\nthreads = 4\n[timeouts]\nkeepalive = \"30s\"\n", &[]);
+    let mut idle: Vec<TcpStream> = (0..12)
+        .map(|_| {
+            let mut s = TcpStream::connect(tern.addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            assert_eq!(get_small(&mut s), 200);
+            s
+        })
+        .collect();
+    for _ in 0..3 {
+        let start = std::time::Instant::now();
+        let mut new = TcpStream::connect(tern.addr).unwrap();
+        new.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        assert_eq!(get_small(&mut new), 200);
+        assert!(start.elapsed() < Duration::from_secs(5), "a new client waited {:?}", start.elapsed());
+    }
+    for s in idle.iter_mut() {
+        assert_eq!(get_small(s), 200, "an idle client was kept and is served again");
+    }
+}

@@ -12,10 +12,8 @@
 //! it, and ends when none is left.
 
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,26 +30,17 @@ use crate::metrics::Ending;
 use crate::shared::Shared;
 use crate::worker::{Watcher, Worker};
 
+use super::front::{self, LISTENER_BASE, WAKE};
+
 /// Connection `k` has token `2k` for its socket and `2k + 1` for its
-/// backend's descriptor (a CGI pipe, a FastCGI socket).
-const WAKE: Token = Token(usize::MAX);
+/// backend's descriptor (a CGI pipe, a FastCGI socket); the waker and the
+/// listeners have `front`'s tokens.
 /// The open-file table's change reports (inotify).
 const FILES: Token = Token(usize::MAX - 1);
-/// Listener `i` has token `LISTENER_BASE - i`.
-const LISTENER_BASE: usize = usize::MAX - 2;
 const TICK: Duration = Duration::from_secs(1);
 /// Connections accepted per listener per loop turn, so a flood of new
 /// connections cannot starve the ones already open.
 const ACCEPT_BATCH: usize = 64;
-
-/// Why a connection is refused.
-#[derive(Clone, Copy)]
-enum Refusal {
-    Cap,
-    PerIp,
-}
-
-const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\nRetry-After: 1\r\n\r\ntoo many connections";
 
 /// Runs worker `index` until shutdown. Sends its waker (or the error that
 /// kept it from starting) on `ready`; the waker is rung when the server's
@@ -63,18 +52,7 @@ pub fn run(
     inbox: Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
 ) {
-    let setup = || -> io::Result<(Poll, Arc<Waker>, Vec<mio::net::TcpListener>)> {
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
-        let mut mio_listeners = Vec::with_capacity(listeners.len());
-        for (i, l) in listeners.into_iter().enumerate() {
-            let mut l = mio::net::TcpListener::from_std(l);
-            poll.registry().register(&mut l, Token(LISTENER_BASE - i), Interest::READABLE)?;
-            mio_listeners.push(l);
-        }
-        Ok((poll, waker, mio_listeners))
-    };
-    let (mut poll, waker, mut listeners) = match setup() {
+    let (mut poll, waker, mut listeners) = match front::reactor(listeners) {
         Ok(parts) => parts,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -164,9 +142,13 @@ pub fn run(
                     let hangup = event.is_error() || (read_closed && event.is_write_closed());
                     if let Some(conn) = conns.get_mut(key) {
                         let status = if t % 2 == 1 {
-                            guarded(&mut w, conn, |c, w| c.on_backend_ready(shared, w, readable, writable, read_closed))
+                            front::guarded(&mut w, conn, |c, w| {
+                                c.on_backend_ready(shared, w, readable, writable, read_closed)
+                            })
                         } else {
-                            guarded(&mut w, conn, |c, w| c.on_ready(shared, w, readable, writable, read_closed, hangup))
+                            front::guarded(&mut w, conn, |c, w| {
+                                c.on_ready(shared, w, readable, writable, read_closed, hangup)
+                            })
                         };
                         settle(shared, &mut w, &poll, &mut conns, key, status, ending);
                     }
@@ -209,7 +191,7 @@ pub fn run(
             next_tick = w.now + TICK;
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
-                let status = guarded(&mut w, &mut conns[key], |c, w| c.on_tick(shared, w));
+                let status = front::guarded(&mut w, &mut conns[key], |c, w| c.on_tick(shared, w));
                 settle(shared, &mut w, &poll, &mut conns, key, status, ending);
             }
             w.flush_logs();
@@ -254,18 +236,14 @@ fn settle(
     // Out of this worker's set before another worker can register it.
     let _ = poll.registry().deregister(&mut SourceFd(&fd));
     let conn = conns.remove(key);
-    forget(shared, w, conn.peer());
+    front::forget(shared, w, conn.peer());
     // A successor that has ended already: the connection just closes.
     let _ = successor.send(conn.into_moved(w));
 }
 
 /// Takes a connection handed over by a replaced server.
 fn adopt(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conns: &mut Slab<Conn>, moved: Moved, ending: Ending) {
-    // Already admitted once: the limits do not apply again.
-    w.server.connections.fetch_add(1, Ordering::Relaxed);
-    if let Some(per_ip) = &shared.per_ip {
-        per_ip.add(moved.peer.ip());
-    }
+    front::count_adopted(shared, w, moved.peer);
     let entry = conns.vacant_entry();
     let key = entry.key();
     let mut conn = Conn::adopt(key, moved, w);
@@ -278,7 +256,7 @@ fn adopt(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conns: &mut Slab<Conn
     if ending == Ending::Stop {
         conns[key].begin_stop(w);
     }
-    let status = guarded(w, &mut conns[key], |c, w| c.on_ready(shared, w, true, true, false, false));
+    let status = front::guarded(w, &mut conns[key], |c, w| c.on_ready(shared, w, true, true, false, false));
     settle(shared, w, poll, conns, key, status, ending);
 }
 
@@ -290,7 +268,7 @@ fn register(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conn: &Conn, key: 
         Ok(()) => true,
         Err(e) => {
             log!(Level::Error, "cannot register connection: {e}");
-            uncount(shared, w, conn.peer());
+            front::uncount(shared, w, conn.peer());
             false
         }
     }
@@ -310,18 +288,6 @@ impl Watcher for EpollWatcher {
     }
 }
 
-/// Runs connection code; a panic closes that connection instead of the
-/// worker (and is logged), so one bad request cannot take the server down.
-fn guarded(w: &mut Worker<'_>, conn: &mut Conn, f: impl FnOnce(&mut Conn, &mut Worker<'_>) -> Status) -> Status {
-    match catch_unwind(AssertUnwindSafe(|| f(conn, w))) {
-        Ok(status) => status,
-        Err(_) => {
-            log!(Level::Error, "connection handler panicked; connection closed");
-            Status::Closed
-        }
-    }
-}
-
 /// Accepts up to a batch of connections; returns whether more may be
 /// waiting (the batch was used up).
 fn accept(
@@ -333,35 +299,20 @@ fn accept(
     index: usize,
 ) -> bool {
     for _ in 0..ACCEPT_BATCH {
-        let (stream, peer) = match listener.accept() {
-            Ok(accepted) => accepted,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+        let (stream, peer) = match front::accept(listener) {
+            Ok(Some(accepted)) => accepted,
+            Ok(None) => return false,
             Err(e) => {
                 // EMFILE and the like: leave the rest in the backlog.
                 log!(Level::Error, "accept failed: {e}");
                 return false;
             }
         };
-        // SAFETY: the descriptor comes straight from the accepted mio stream.
-        let stream = unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) };
-        w.stats.accepted.incr();
-        if shared.per_ip.as_ref().is_some_and(|t| !t.admit(peer.ip())) {
-            w.stats.rejected.incr();
-            refuse(w, stream, peer, Refusal::PerIp);
+        let Some(stream) =
+            front::admit(shared, w, stream, peer, |w| evict_idle(shared, w, conns) || shared.room.ask(index))
+        else {
             continue;
-        }
-        // At the cap: this worker's longest-idle connection makes room,
-        // else another worker's (`room.rs`).
-        if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.server.max_connections
-            && !evict_idle(shared, w, conns)
-            && !shared.room.ask(index)
-        {
-            uncount(shared, w, peer);
-            w.stats.rejected.incr();
-            refuse(w, stream, peer, Refusal::Cap);
-            continue;
-        }
+        };
         let entry = conns.vacant_entry();
         let mut conn = Conn::new(entry.key(), stream, peer, w);
         if !register(shared, w, poll, &conn, entry.key()) {
@@ -387,42 +338,11 @@ fn evict_idle(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>) -> bo
     true
 }
 
-/// Answers a connection over a limit with `503` (best effort, never
-/// blocking) and closes it.
-fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr, why: Refusal) {
-    use std::io::Write;
-    // An answer like any other: counted with its status class.
-    w.stats.requests.incr();
-    w.stats.status(503);
-    if let Ok(n) = (&stream).write(OVERLOADED) {
-        w.stats.bytes_sent.add(n as u64);
-    }
-    // One call site each: repeated lines are rate-limited per site.
-    match why {
-        Refusal::Cap => log!(Level::Warn, "{peer}: refused, server.max_connections reached"),
-        Refusal::PerIp => log!(Level::Warn, "{peer}: refused, limits.max_connections_per_ip reached"),
-    }
-}
-
 fn close(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
     let mut conn = conns.remove(key);
     // Counted as closed before the socket is: a client that sees the close
     // may ask the status page (another worker) at once.
-    forget(shared, w, conn.peer());
+    front::forget(shared, w, conn.peer());
     // Closing the descriptor also removes it from the epoll set.
     conn.recycle(w);
-}
-
-/// Uncounts a connection that leaves this worker.
-fn forget(shared: &Shared, w: &mut Worker<'_>, peer: SocketAddr) {
-    uncount(shared, w, peer);
-    w.stats.active.set(w.stats.active.get().saturating_sub(1));
-}
-
-/// Takes a connection off the server-wide counts.
-fn uncount(shared: &Shared, w: &Worker<'_>, peer: SocketAddr) {
-    w.server.connections.fetch_sub(1, Ordering::Relaxed);
-    if let Some(per_ip) = &shared.per_ip {
-        per_ip.remove(peer.ip());
-    }
 }

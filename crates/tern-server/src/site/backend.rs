@@ -10,7 +10,7 @@ use crate::config::Level;
 use crate::error_log::log;
 use crate::reaper;
 use crate::reply::Params;
-use crate::worker::Worker;
+use crate::worker::{Wait, Worker};
 
 use super::cgi::{self, Pump, Response};
 use super::fastcgi::exchange::Exchange;
@@ -26,6 +26,15 @@ impl Job {
         match self {
             Job::Cgi(r) => w.watcher.watch(key, r.stdout()),
             Job::FastCgi(x) => x.watch(key, w),
+        }
+    }
+
+    /// The descriptor a blocking engine waits on now, with the directions
+    /// it waits for (none: nothing to wait for on the backend's side).
+    pub fn wait(&self) -> Option<(std::os::fd::BorrowedFd<'_>, Wait)> {
+        match self {
+            Job::Cgi(r) => r.wait(),
+            Job::FastCgi(x) => x.wait(),
         }
     }
 

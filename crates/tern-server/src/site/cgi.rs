@@ -41,6 +41,7 @@ use crate::reply::{Framing, Params, Reply};
 use crate::resolve::{ResolveError, Root};
 use crate::spool::Spool;
 use crate::sys;
+use crate::worker::Wait;
 
 /// Bytes kept in front of a chunk being read for its size line
 /// (`0000ffff\r\n`).
@@ -490,6 +491,16 @@ impl Running {
     /// Whether the output pipe may have bytes (or its end) to read.
     pub fn readable(&self) -> bool {
         self.may_read
+    }
+
+    /// What a blocking engine waits on: the pidfd while waiting for the
+    /// exit, else the pipe until it may be read.
+    pub fn wait(&self) -> Option<(std::os::fd::BorrowedFd<'_>, Wait)> {
+        let read = Wait { read: true, write: false };
+        match &self.exit_fd {
+            Some(fd) => Some((fd.as_fd(), read)),
+            None => (!self.may_read).then(|| (self.stdout.as_fd(), read)),
+        }
     }
 
     /// The pipe may have become readable (or closed).

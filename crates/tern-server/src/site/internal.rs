@@ -49,9 +49,9 @@ pub fn serve(
             "server": "tern",
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_seconds": uptime,
-            "model": "event",
+            "model": config.server.model.name(),
             "io": w.io.json(),
-            "workers": server.workers.len(),
+            "workers": server.worker_threads,
             "shutting_down": server.ending() != Ending::Running,
             "connections": {
                 "active": t.active,
@@ -106,7 +106,7 @@ pub fn serve(
         reply.body(&text);
         return;
     }
-    let mut text = prometheus(&t, uptime, server.workers.len(), server.cgi_running.load(Relaxed) as u64);
+    let mut text = prometheus(&t, uptime, server.worker_threads, server.cgi_running.load(Relaxed) as u64);
     compression_prometheus(&mut text, compression, &t);
     fastcgi_prometheus(&mut text, fastcgi);
     reply.head(200);

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use tern_server::config::{IoChoice, Listen};
+use tern_server::config::{IoChoice, Listen, Model};
 use tern_server::server::{Retiring, Signal};
 use tern_server::tls::Role;
 use tern_server::{Config, Server};
@@ -14,6 +14,7 @@ use tern_server::{Config, Server};
 EXAMPLES:
     tern serve site/                        serve ./site on http://127.0.0.1:8080/
     tern serve /srv/www --listen 0.0.0.0:80 --workers 4
+    tern serve site/ --model pool --threads 64 --cpus 0,1
     tern serve --config /etc/tern/tern.toml
     tern serve site/ --io mmap --access-log off
 
@@ -55,6 +56,17 @@ pub struct Args {
     /// Worker threads; 0 = one per usable CPU (overrides `server.workers`).
     #[arg(short, long, value_name = "N")]
     pub workers: Option<usize>,
+    /// Concurrency model: event, pool or per-request (overrides
+    /// `server.model`).
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<Model>,
+    /// `pool`: threads serving connections (overrides `server.threads`).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Pin the server's threads to these CPUs, e.g. `0,1` (overrides
+    /// `server.cpus`; with no worker count given, one worker per CPU).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub cpus: Option<Vec<usize>>,
     /// Access log: a path, `-` for stdout, or `off` (overrides `log.access`).
     #[arg(long, value_name = "PATH")]
     pub access_log: Option<String>,
@@ -83,6 +95,15 @@ fn configuration(args: &Args) -> anyhow::Result<Config> {
     if let Some(workers) = args.workers {
         config.server.workers = workers;
     }
+    if let Some(model) = args.model {
+        config.server.model = model;
+    }
+    if let Some(threads) = args.threads {
+        config.server.threads = threads;
+    }
+    if let Some(cpus) = &args.cpus {
+        config.server.cpus = cpus.clone();
+    }
     if let Some(log) = &args.access_log {
         config.log.access = log.clone();
     }
@@ -106,10 +127,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let scheme = role.scheme();
         let redirect = if *role == Role::Redirect { ", redirecting to https" } else { "" };
         eprintln!(
-            "tern: listening on {scheme}://{addr}/{redirect} (root {}, io={}, workers={}, model=event)",
+            "tern: listening on {scheme}://{addr}/{redirect} (root {}, io={}, workers={}, model={})",
             c.server.root.display(),
             c.static_files.io.name(),
-            server.workers()
+            server.workers(),
+            c.server.model.name()
         );
     }
     report_static_io(&server);

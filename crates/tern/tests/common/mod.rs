@@ -37,6 +37,16 @@ pub struct Tern {
     _config: Option<tempfile::NamedTempFile>,
 }
 
+/// The concurrency model the suite runs against: `$TERN_MODEL`
+/// (`scripts/test.sh` runs the end-to-end tests once per model), else the
+/// server's default.
+pub fn model() -> Option<String> {
+    std::env::var("TERN_MODEL").ok().filter(|m| !m.is_empty())
+}
+
+/// Every model a test that loops over models covers.
+pub const MODELS: [&str; 3] = ["event", "pool", "per-request"];
+
 pub fn tern_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tern")
 }
@@ -67,6 +77,7 @@ impl Tern {
         if !extra.contains(&"--workers") {
             cmd.args(["--workers", "2"]);
         }
+
         cmd.args(extra);
         let mut tern = Tern::spawn(cmd);
         tern._config = Some(file);
@@ -76,6 +87,10 @@ impl Tern {
     /// Runs a prepared `tern serve` command line as it is and waits for its
     /// first "listening" line.
     pub fn spawn(mut cmd: Command) -> Tern {
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        if let Some(m) = model().filter(|_| args.iter().any(|a| a == "serve") && !args.iter().any(|a| a == "--model")) {
+            cmd.args(["--model", &m]);
+        }
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
         let mut child = cmd.spawn().expect("spawn tern");
         let stderr = child.stderr.take().unwrap();

@@ -23,7 +23,7 @@ use crate::error_log::log;
 use crate::reply::Params;
 use crate::site::cgi::{Pump, Response};
 use crate::sys;
-use crate::worker::Worker;
+use crate::worker::{Wait, Worker};
 
 enum Stage {
     /// Waiting in the pool's queue (its eventfd is the watched descriptor).
@@ -206,6 +206,21 @@ impl Exchange {
             (_, Some(fd)) => w.watcher.watch(key, fd.as_fd()),
             _ => Ok(()),
         }
+    }
+
+    /// What a blocking engine waits on: the descriptor [`Exchange::watch`]
+    /// registers, in the directions not known to be ready that the stage
+    /// needs.
+    pub fn wait(&self) -> Option<(std::os::fd::BorrowedFd<'_>, Wait)> {
+        let (fd, wait) = match (&self.stage, &self.link) {
+            (Stage::Queued(t), _) => (t.fd(), Wait { read: !self.may_read, write: false }),
+            (Stage::Connecting, Some(fd)) => (fd.as_fd(), Wait { read: false, write: !self.may_write }),
+            (Stage::Talking, Some(fd)) => {
+                (fd.as_fd(), Wait { read: !self.may_read, write: !self.may_write && self.sent < self.records.len() })
+            }
+            _ => return None,
+        };
+        wait.any().then_some((fd, wait))
     }
 
     pub fn on_ready(&mut self, readable: bool, writable: bool, closed: bool) {

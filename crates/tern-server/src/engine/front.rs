@@ -1,0 +1,207 @@
+//! What every engine's threads share: starting them (named, signals
+//! blocked, pinned to `server.cpus`), admitting an accepted connection
+//! under the server's limits or refusing it with `503`, keeping the
+//! connection counts, and running connection code so a panic closes only
+//! its connection.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use mio::{Interest, Poll, Token, Waker};
+
+use crate::config::Level;
+use crate::conn::{Conn, Status};
+use crate::error_log::log;
+use crate::handover::Moved;
+use crate::shared::Shared;
+use crate::sys;
+use crate::worker::Worker;
+
+/// A started engine: its threads (joined when the server ends) and, per
+/// front thread (the threads that accept), the way in for connections a
+/// replaced server hands over: a queue and the waker that makes it look.
+/// The wakers are also rung when the server's ending changes.
+pub struct Started {
+    pub threads: Vec<JoinHandle<()>>,
+    pub doors: Vec<(Sender<Moved>, Arc<Waker>)>,
+}
+
+/// The waker's token in a front thread's epoll set.
+pub const WAKE: Token = Token(usize::MAX);
+/// Listener `i` has token `LISTENER_BASE - i`; the tokens below are the
+/// engine's own.
+pub const LISTENER_BASE: usize = usize::MAX - 2;
+
+/// A front thread's epoll set with its waker and its listeners.
+pub fn reactor(listeners: Vec<TcpListener>) -> io::Result<(Poll, Arc<Waker>, Vec<mio::net::TcpListener>)> {
+    let poll = Poll::new()?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+    let mut mio_listeners = Vec::with_capacity(listeners.len());
+    for (i, l) in listeners.into_iter().enumerate() {
+        let mut l = mio::net::TcpListener::from_std(l);
+        poll.registry().register(&mut l, Token(LISTENER_BASE - i), Interest::READABLE)?;
+        mio_listeners.push(l);
+    }
+    Ok((poll, waker, mio_listeners))
+}
+
+/// Starts `count` front threads, each once the one before it has reported
+/// ready: `make(index)` gives thread `index` its work, which it runs with
+/// its inbox, sending its waker (or why it could not start) on `ready`.
+pub fn fronts<F>(shared: &Shared, count: usize, name: &str, mut make: impl FnMut(usize) -> F) -> io::Result<Started>
+where
+    F: FnOnce(Receiver<Moved>, Sender<io::Result<Arc<Waker>>>) + Send + 'static,
+{
+    let mut started = Started { threads: Vec::new(), doors: Vec::new() };
+    for index in 0..count {
+        let run = make(index);
+        let (waker_tx, waker_rx) = std::sync::mpsc::channel();
+        let (queue, inbox) = std::sync::mpsc::channel();
+        started.threads.push(spawn(shared, format!("{name}-{index}"), None, move || run(inbox, waker_tx))?);
+        match waker_rx.recv() {
+            Ok(Ok(waker)) => started.doors.push((queue, waker)),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(io::Error::other("a worker failed to start")),
+        }
+    }
+    Ok(started)
+}
+
+/// Starts a server thread: the shutdown signals blocked (they reach the
+/// thread that waits for them), pinned to `server.cpus` when set.
+pub fn spawn(
+    shared: &Shared,
+    name: String,
+    stack: Option<usize>,
+    f: impl FnOnce() + Send + 'static,
+) -> io::Result<JoinHandle<()>> {
+    let cpus = shared.config.server.cpus.clone();
+    let mut builder = std::thread::Builder::new().name(name);
+    if let Some(bytes) = stack {
+        builder = builder.stack_size(bytes);
+    }
+    builder.spawn(move || {
+        enter(&cpus);
+        f()
+    })
+}
+
+/// What every server thread does first.
+pub fn enter(cpus: &[usize]) {
+    sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
+    if !cpus.is_empty() {
+        if let Err(e) = sys::pin(cpus) {
+            log!(Level::Error, "cannot pin a thread to server.cpus {cpus:?}: {e}");
+        }
+    }
+}
+
+/// Takes the next connection off `listener` (`None`: none waiting), as a
+/// non-blocking std stream.
+pub fn accept(listener: &mio::net::TcpListener) -> io::Result<Option<(TcpStream, SocketAddr)>> {
+    loop {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                // SAFETY: the descriptor comes straight from the accepted mio stream.
+                return Ok(Some((unsafe { TcpStream::from_raw_fd(stream.into_raw_fd()) }, peer)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Why a connection is refused.
+#[derive(Clone, Copy)]
+pub enum Refusal {
+    Cap,
+    PerIp,
+    Threads,
+}
+
+const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\nRetry-After: 1\r\n\r\ntoo many connections";
+
+/// Counts a connection just accepted and checks the limits
+/// (`limits.max_connections_per_ip`, then `server.max_connections`, where
+/// `evict` may close an idle connection to make room). A refused one is
+/// answered `503` and closed; an admitted one is counted (see [`forget`]).
+pub fn admit(
+    shared: &Shared,
+    w: &mut Worker<'_>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    evict: impl FnOnce(&mut Worker<'_>) -> bool,
+) -> Option<TcpStream> {
+    w.stats.accepted.incr();
+    if shared.per_ip.as_ref().is_some_and(|t| !t.admit(peer.ip())) {
+        refuse(w, stream, peer, Refusal::PerIp);
+        return None;
+    }
+    if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.server.max_connections && !evict(w) {
+        uncount(shared, w, peer);
+        refuse(w, stream, peer, Refusal::Cap);
+        return None;
+    }
+    Some(stream)
+}
+
+/// Answers a connection over a limit with `503` (best effort, never
+/// blocking) and closes it.
+pub fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr, why: Refusal) {
+    use std::io::Write;
+    // An answer like any other: counted with its status class.
+    w.stats.rejected.incr();
+    w.stats.requests.incr();
+    w.stats.status(503);
+    if let Ok(n) = (&stream).write(OVERLOADED) {
+        w.stats.bytes_sent.add(n as u64);
+    }
+    // One call site each: repeated lines are rate-limited per site.
+    match why {
+        Refusal::Cap => log!(Level::Warn, "{peer}: refused, server.max_connections reached"),
+        Refusal::PerIp => log!(Level::Warn, "{peer}: refused, limits.max_connections_per_ip reached"),
+        Refusal::Threads => log!(Level::Warn, "{peer}: refused, server.max_threads reached"),
+    }
+}
+
+/// Counts a connection handed over by a replaced server (admitted there
+/// already: the limits do not apply again).
+pub fn count_adopted(shared: &Shared, w: &Worker<'_>, peer: SocketAddr) {
+    w.server.connections.fetch_add(1, Ordering::Relaxed);
+    if let Some(per_ip) = &shared.per_ip {
+        per_ip.add(peer.ip());
+    }
+}
+
+/// Uncounts a connection that leaves worker `w` (counted in its `active`).
+pub fn forget(shared: &Shared, w: &Worker<'_>, peer: SocketAddr) {
+    uncount(shared, w, peer);
+    w.stats.active.set(w.stats.active.get().saturating_sub(1));
+}
+
+/// Takes a connection off the server-wide counts.
+pub fn uncount(shared: &Shared, w: &Worker<'_>, peer: SocketAddr) {
+    w.server.connections.fetch_sub(1, Ordering::Relaxed);
+    if let Some(per_ip) = &shared.per_ip {
+        per_ip.remove(peer.ip());
+    }
+}
+
+/// Runs connection code; a panic closes that connection instead of the
+/// thread (and is logged), so one bad request cannot take the server down.
+pub fn guarded(w: &mut Worker<'_>, conn: &mut Conn, f: impl FnOnce(&mut Conn, &mut Worker<'_>) -> Status) -> Status {
+    match catch_unwind(AssertUnwindSafe(|| f(conn, w))) {
+        Ok(status) => status,
+        Err(_) => {
+            log!(Level::Error, "connection handler panicked; connection closed");
+            Status::Closed
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! The `pool` engine (the thread-pool architecture, as Apache's event
+//! MPM): front threads accept and watch idle connections in an epoll set;
+//! a connection with something to do goes into one queue, from which
+//! `server.threads` threads take it and serve it while it has work. Once
+//! it waits on its socket alone (for the client's next request, or room to
+//! send) it goes back to its front, so neither idle keep-alive clients nor
+//! slow readers hold a thread; only a backend (a CGI program, a FastCGI
+//! application) is waited for by the thread, blocking in `poll(2)`.
+//!
+//! A front keeps the count of its connections (parked or out in the
+//! pool): a pool thread tells it when one it took closed. The server-wide
+//! counts are given back by the pool thread before the socket closes, as
+//! the event engine does.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use crossbeam_channel as channel;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use crate::config::Level;
+use crate::conn::{Conn, Status};
+use crate::error_log::{self, log};
+use crate::handover::Moved;
+use crate::metrics::Ending;
+use crate::shared::Shared;
+use crate::sys;
+use crate::worker::{BufPool, Wait, Worker};
+
+use super::blocking::{self, Asked, Left, TICK};
+use super::front::{self, Started, LISTENER_BASE, WAKE};
+
+/// Connections accepted per listener per loop turn.
+const ACCEPT_BATCH: usize = 64;
+
+/// Statistics blocks: one per front, then one per pool thread.
+pub fn stat_blocks(fronts: usize, threads: usize) -> usize {
+    fronts + threads
+}
+
+/// A connection with work, for a pool thread.
+struct Work {
+    conn: Conn,
+    /// The front it returns to.
+    front: usize,
+    /// What epoll reported.
+    ready: Ready,
+}
+
+/// Readiness as the event engine passes it to the connection.
+#[derive(Clone, Copy, Default)]
+struct Ready {
+    readable: bool,
+    writable: bool,
+    read_closed: bool,
+    hangup: bool,
+}
+
+/// What a pool thread tells a front about one of its connections.
+enum Back {
+    /// Waiting on its socket: watch it again.
+    Parked(Conn),
+    /// Closed (and uncounted server-wide).
+    Closed,
+}
+
+/// Starts a front per listener set, then the pool threads.
+pub fn start(shared: &Arc<Shared>, per_worker: Vec<Vec<TcpListener>>) -> io::Result<Started> {
+    let fronts = per_worker.len();
+    let (queue, work) = channel::unbounded::<Work>();
+    let mut backs = Vec::with_capacity(fronts);
+    let mut listeners = per_worker.into_iter();
+    let mut started = front::fronts(shared, fronts, "tern-front", |index| {
+        let (back, returns) = channel::unbounded::<Back>();
+        backs.push(back);
+        let (shared, queue, listeners) = (shared.clone(), queue.clone(), listeners.next().unwrap_or_default());
+        move |inbox, ready| run_front(&shared, index, listeners, inbox, ready, &queue, &returns)
+    })?;
+    // The fronts hold the only senders: once they have ended, the pool
+    // threads see the queue close and end too.
+    drop(queue);
+    let backs: Arc<Vec<(channel::Sender<Back>, Arc<Waker>)>> =
+        Arc::new(backs.into_iter().zip(started.doors.iter().map(|(_, waker)| waker.clone())).collect());
+    for i in 0..shared.config.server.threads {
+        let (shared2, work, backs) = (shared.clone(), work.clone(), backs.clone());
+        let thread = front::spawn(shared, format!("tern-pool-{i}"), None, move || {
+            run_thread(&shared2, fronts + i, &work, &backs)
+        })?;
+        started.threads.push(thread);
+    }
+    Ok(started)
+}
+
+/// A front: accepts, parks idle connections, queues those with work.
+fn run_front(
+    shared: &Shared,
+    index: usize,
+    listeners: Vec<TcpListener>,
+    inbox: Receiver<Moved>,
+    ready: Sender<io::Result<Arc<Waker>>>,
+    queue: &channel::Sender<Work>,
+    returns: &channel::Receiver<Back>,
+) {
+    let (poll, waker, mut listeners) = match front::reactor(listeners) {
+        Ok(parts) => parts,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(waker));
+    let mut f = Front {
+        shared,
+        index,
+        w: shared.worker(index, Box::new(Asked)),
+        poll,
+        parked: Slab::with_capacity(1024),
+        out: 0,
+        ending: Ending::Running,
+        queue,
+    };
+    f.w.files.stop_watching();
+    f.w.listeners = listeners.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut events = Events::with_capacity(1024);
+    let mut next_tick = f.w.now + TICK;
+    let mut backlog = vec![false; listeners.len()];
+    loop {
+        let timeout = if backlog.contains(&true) {
+            std::time::Duration::ZERO
+        } else {
+            next_tick.saturating_duration_since(f.w.now)
+        };
+        if let Err(e) = f.poll.poll(&mut events, Some(timeout)) {
+            if e.kind() != io::ErrorKind::Interrupted {
+                log!(Level::Error, "front {index}: poll failed: {e}");
+                break;
+            }
+        }
+        f.w.tick_clock();
+        for event in events.iter() {
+            match event.token() {
+                WAKE => {
+                    for moved in inbox.try_iter() {
+                        f.adopt(moved);
+                    }
+                }
+                Token(t) if t > LISTENER_BASE - listeners.len() => {
+                    if f.ending == Ending::Running {
+                        backlog[LISTENER_BASE - t] = true;
+                    }
+                }
+                Token(key) => {
+                    let read_closed = event.is_read_closed();
+                    f.unpark(
+                        key,
+                        Ready {
+                            readable: event.is_readable() || event.is_error(),
+                            writable: event.is_writable() || event.is_write_closed() || event.is_error(),
+                            read_closed,
+                            hangup: event.is_error() || (read_closed && event.is_write_closed()),
+                        },
+                    );
+                }
+            }
+        }
+        // Returns are looked at every turn: the waker may have been rung
+        // for them in a turn that ended before they were sent.
+        for back in returns.try_iter() {
+            match back {
+                Back::Parked(conn) => {
+                    f.out -= 1;
+                    f.park(conn);
+                }
+                Back::Closed => {
+                    f.out -= 1;
+                    f.w.stats.active.set(f.w.stats.active.get().saturating_sub(1));
+                }
+            }
+        }
+        for (i, more) in backlog.iter_mut().enumerate() {
+            if *more {
+                *more = f.accept(&listeners[i]);
+            }
+        }
+        let now_ending = shared.server.ending();
+        if now_ending != f.ending {
+            if f.ending == Ending::Running {
+                for l in listeners.iter_mut() {
+                    let _ = f.poll.registry().deregister(l);
+                }
+                listeners.clear();
+                f.w.listeners.clear();
+                backlog.clear();
+            }
+            f.ending = now_ending;
+            let keys: Vec<usize> = f.parked.iter().map(|(k, _)| k).collect();
+            for key in keys {
+                if f.ending == Ending::Stop {
+                    f.parked[key].begin_stop(&mut f.w);
+                } else {
+                    // Parking it again hands it over.
+                    let conn = f.take(key);
+                    f.park(conn);
+                }
+            }
+        }
+        if f.w.now >= next_tick {
+            next_tick = f.w.now + TICK;
+            let keys: Vec<usize> = f.parked.iter().map(|(k, _)| k).collect();
+            for key in keys {
+                let before = f.parked[key].waits().0;
+                let status = front::guarded(&mut f.w, &mut f.parked[key], |c, w| c.on_tick(shared, w));
+                if status == Status::Open && f.parked[key].waits().0 == before {
+                    continue;
+                }
+                // Closed, or it answered (a `408`) and has that to send.
+                let conn = f.take(key);
+                if status == Status::Closed {
+                    f.close(conn);
+                } else {
+                    f.dispatch(conn, Ready::default());
+                }
+            }
+            error_log::tick();
+            f.w.settle(f.parked.len() + f.out);
+        }
+        let drained = shared.server.drain_deadline().is_some_and(|d| f.w.now >= d);
+        if f.ending != Ending::Running && ((f.parked.is_empty() && f.out == 0) || drained) {
+            break;
+        }
+    }
+    let keys: Vec<usize> = f.parked.iter().map(|(k, _)| k).collect();
+    for key in keys {
+        let conn = f.take(key);
+        f.close(conn);
+    }
+}
+
+/// A front's state.
+struct Front<'s, 'q> {
+    shared: &'s Shared,
+    index: usize,
+    w: Worker<'s>,
+    poll: Poll,
+    /// Connections waiting for their next request.
+    parked: Slab<Conn>,
+    /// Connections out in the pool.
+    out: usize,
+    ending: Ending,
+    queue: &'q channel::Sender<Work>,
+}
+
+impl Front<'_, '_> {
+    /// Accepts up to a batch; returns whether more may be waiting.
+    fn accept(&mut self, listener: &mio::net::TcpListener) -> bool {
+        for _ in 0..ACCEPT_BATCH {
+            let (stream, peer) = match front::accept(listener) {
+                Ok(Some(accepted)) => accepted,
+                Ok(None) => return false,
+                Err(e) => {
+                    log!(Level::Error, "accept failed: {e}");
+                    return false;
+                }
+            };
+            let (shared, parked, poll) = (self.shared, &mut self.parked, &self.poll);
+            let Some(stream) = front::admit(shared, &mut self.w, stream, peer, |w| evict_idle(shared, w, parked, poll))
+            else {
+                continue;
+            };
+            self.w.stats.active.add(1);
+            let conn = Conn::new(0, stream, peer, &self.w);
+            self.park(conn);
+        }
+        true
+    }
+
+    /// Takes a connection handed over by a replaced server.
+    fn adopt(&mut self, moved: Moved) {
+        front::count_adopted(self.shared, &self.w, moved.peer);
+        self.w.stats.active.add(1);
+        let conn = Conn::adopt(0, moved, &mut self.w);
+        // It may hold the start of a request already.
+        self.dispatch(conn, Ready { readable: true, writable: true, ..Ready::default() });
+    }
+
+    /// Watches a connection's socket in the directions it waits for, or
+    /// hands it over (a replaced server, no request in flight).
+    fn park(&mut self, mut conn: Conn) {
+        if self.ending == Ending::Stop {
+            conn.begin_stop(&mut self.w);
+        }
+        if self.ending == Ending::Reload && conn.between_requests() {
+            if let Some(successor) = self.shared.successor.get() {
+                front::forget(self.shared, &self.w, conn.peer());
+                let _ = successor.send(conn.into_moved(&mut self.w));
+                return;
+            }
+        }
+        let entry = self.parked.vacant_entry();
+        let fd = conn.fd();
+        let interest = match conn.waits().0 {
+            Wait { read: true, write: true } => Interest::READABLE | Interest::WRITABLE,
+            Wait { write: true, .. } => Interest::WRITABLE,
+            _ => Interest::READABLE,
+        };
+        match self.poll.registry().register(&mut SourceFd(&fd), Token(entry.key()), interest) {
+            Ok(()) => {
+                entry.insert(conn);
+            }
+            Err(e) => {
+                log!(Level::Error, "cannot watch an idle connection: {e}");
+                self.close(conn);
+            }
+        }
+    }
+
+    /// A parked connection became readable: off to the pool.
+    fn unpark(&mut self, key: usize, ready: Ready) {
+        if !self.parked.contains(key) {
+            return;
+        }
+        let conn = self.take(key);
+        self.dispatch(conn, ready);
+    }
+
+    /// Takes a parked connection out of the epoll set.
+    fn take(&mut self, key: usize) -> Conn {
+        let conn = self.parked.remove(key);
+        let _ = self.poll.registry().deregister(&mut SourceFd(&conn.fd()));
+        conn
+    }
+
+    fn dispatch(&mut self, conn: Conn, ready: Ready) {
+        let work = Work { conn, front: self.index, ready };
+        match self.queue.send(work) {
+            Ok(()) => self.out += 1,
+            Err(back) => self.close(back.0.conn),
+        }
+    }
+
+    fn close(&mut self, mut conn: Conn) {
+        front::forget(self.shared, &self.w, conn.peer());
+        conn.recycle(&mut self.w);
+    }
+}
+
+/// At the connection cap: closes the front's longest-idle parked
+/// connection to make room, as the event engine does. Returns whether
+/// there was one.
+fn evict_idle(shared: &Shared, w: &mut Worker<'_>, parked: &mut Slab<Conn>, poll: &Poll) -> bool {
+    let oldest = parked.iter().filter_map(|(k, c)| c.idle_since().map(|t| (t, k))).min();
+    let Some((_, key)) = oldest else { return false };
+    w.stats.evicted.incr();
+    let mut conn = parked.remove(key);
+    let _ = poll.registry().deregister(&mut SourceFd(&conn.fd()));
+    front::forget(shared, w, conn.peer());
+    conn.recycle(w);
+    true
+}
+
+/// A pool thread: serves connections from the queue while they have work.
+fn run_thread(
+    shared: &Shared,
+    block: usize,
+    work: &channel::Receiver<Work>,
+    backs: &[(channel::Sender<Back>, Arc<Waker>)],
+) {
+    let mut w = shared.worker(block, Box::new(Asked));
+    w.files.stop_watching();
+    let mut next_tick = w.now + TICK;
+    loop {
+        let wait = w.reaper.wake_in(w.now).unwrap_or(TICK).min(TICK);
+        let taken = work.recv_timeout(wait);
+        w.tick_clock();
+        match taken {
+            Ok(Work { mut conn, front, ready: r }) => {
+                w.note_open(shared.server.connections.load(Ordering::Relaxed));
+                w.stats.in_flight.set(1);
+                let status = front::guarded(&mut w, &mut conn, |c, w| {
+                    c.on_ready(shared, w, r.readable, r.writable, r.read_closed, r.hangup)
+                });
+                w.stats.in_flight.set(0);
+                let back = match blocking::serve(shared, &mut w, &mut conn, status, None, true, None) {
+                    Left::Parked | Left::Handover => Back::Parked(conn),
+                    Left::Closed => {
+                        // Uncounted before the socket closes: a client that
+                        // sees the close may connect again at once.
+                        front::uncount(shared, &w, conn.peer());
+                        conn.recycle(&mut w);
+                        Back::Closed
+                    }
+                };
+                let (to, waker) = &backs[front];
+                if let Err(channel::SendError(Back::Parked(mut conn))) = to.send(back) {
+                    // The front has ended (its drain deadline passed).
+                    front::uncount(shared, &w, conn.peer());
+                    conn.recycle(&mut w);
+                }
+                let _ = waker.wake();
+            }
+            Err(channel::RecvTimeoutError::Timeout) => {}
+            Err(channel::RecvTimeoutError::Disconnected) => break,
+        }
+        if w.reaper.has_pending() {
+            w.reaper.tick(w.now, &shared.server.cgi_running);
+        }
+        if w.now >= next_tick {
+            next_tick = w.now + TICK;
+            w.log.flush();
+            // Buffers taken in a burst go back once it has ended: all of
+            // them, as the next connections may come to any thread.
+            if w.settle(shared.server.connections.load(Ordering::Relaxed)) {
+                w.pool = BufPool::default();
+                sys::release_free_memory();
+            }
+        }
+    }
+    w.reaper.kill_all(&shared.server.cgi_running);
+    w.log.flush();
+}
