@@ -62,7 +62,9 @@ struct Ready {
     hangup: bool,
 }
 
-/// What a pool thread tells a front about one of its connections.
+/// What a pool thread tells a front about one of its connections. Moved
+/// by value through the channel (boxing would allocate per park).
+#[allow(clippy::large_enum_variant)]
 enum Back {
     /// Waiting on its socket: watch it again.
     Parked(Conn),
