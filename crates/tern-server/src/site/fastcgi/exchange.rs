@@ -216,7 +216,7 @@ impl Exchange {
             (Stage::Queued(t), _) => (t.fd(), Wait { read: !self.may_read, write: false }),
             (Stage::Connecting, Some(fd)) => (fd.as_fd(), Wait { read: false, write: !self.may_write }),
             (Stage::Talking, Some(fd)) => {
-                (fd.as_fd(), Wait { read: !self.may_read, write: !self.may_write && self.sent < self.records.len() })
+                (fd.as_fd(), Wait { read: !self.may_read, write: !self.may_write && self.writing() })
             }
             _ => return None,
         };
