@@ -140,7 +140,8 @@ fn sighup_reloads_without_refusing_or_cutting_anything() {
 #[test]
 fn status_and_metrics_report_what_happened() {
     let site = common::site();
-    let tern = Tern::start(&site.root, "mmap", "", &[]);
+    // Open-file tables are per thread that serves: two, as two workers.
+    let tern = Tern::start(&site.root, "mmap", "[server]\nthreads = 2\n", &[]);
     for _ in 0..5 {
         assert_eq!(get(tern.addr, "/small.txt", "").status, 200);
     }
