@@ -177,7 +177,7 @@ pub fn serve(
         if w.now >= next_tick && status == Status::Open {
             next_tick = w.now + TICK;
             status = front::guarded(w, conn, |c, w| c.on_tick(shared, w));
-            w.log.flush();
+            w.flush_logs();
             error_log::tick();
         }
     }

@@ -241,7 +241,7 @@ fn connection<'s>(threads: &'s Threads<'s>, arrival: Arrival) {
         w.tick_clock();
         w.reaper.tick(w.now, &shared.server.cgi_running);
     }
-    w.log.flush();
+    w.flush_logs();
     // Its buffers served this connection only.
     w.pool = BufPool::default();
     if let Ok(mut spare) = threads.spare.lock() {

@@ -414,7 +414,7 @@ fn run_thread(
         }
         if w.now >= next_tick {
             next_tick = w.now + TICK;
-            w.log.flush();
+            w.flush_logs();
             // Buffers taken in a burst go back once it has ended: all of
             // them, as the next connections may come to any thread.
             if w.settle(shared.server.connections.load(Ordering::Relaxed)) {
@@ -424,5 +424,5 @@ fn run_thread(
         }
     }
     w.reaper.kill_all(&shared.server.cgi_running);
-    w.log.flush();
+    w.flush_logs();
 }
