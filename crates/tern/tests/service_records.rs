@@ -102,7 +102,9 @@ fn one_row_per_request_with_its_times_status_and_bytes() {
     for pair in rows[..4].windows(2) {
         assert!(n(pair[0][2]) <= n(pair[1][1]), "each request starts after the previous one ended: {pair:?}");
     }
-    assert!(n(rows[4][0]) >= n(rows[3][2]));
+    // Accepted after the previous request started (its end is read after
+    // the answer left, so the client may connect before it is taken).
+    assert!(n(rows[4][0]) >= n(rows[3][1]), "the last connection came after the others: {rows:?}");
 }
 
 #[test]
