@@ -10,7 +10,10 @@
 //! admits the new client at once; the server is over the cap by one for
 //! the moment it takes the other worker to wake and close its idle
 //! connection (asks are claimed against the published counts, so two
-//! workers cannot both take the last idle one).
+//! workers cannot both take the last idle one). A count is up to one
+//! loop turn old: a connection that stopped being idle since may still be
+//! asked for, and then the new client is admitted with nothing closed, so
+//! the server can run over the cap by at most the idle counts it published.
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;

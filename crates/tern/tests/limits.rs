@@ -138,6 +138,10 @@ fn connection_cap_answers_503_and_recovers() {
             s
         })
         .collect();
+    // Each worker publishes its idle count once per loop turn (`room.rs`):
+    // let them see the partial heads, or a worker at the cap may still ask
+    // another for an idle connection it no longer has and admit one more.
+    thread::sleep(Duration::from_millis(300));
     let mut extra = TcpStream::connect(tern.addr).unwrap();
     let (got, ended) = read_until_end(&mut extra, Duration::from_secs(3));
     assert_eq!(statuses(&got), [503]);
