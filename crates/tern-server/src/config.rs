@@ -324,7 +324,7 @@ pub struct StaticFiles {
     /// workers: opens that miss the open-file table and reads of file pages
     /// not in the page cache run there, so a slow disk never stalls a
     /// reactor. 0 = off (the worker does them itself), the default until
-    /// its interplay with eviction at the connection cap is fixed.
+    /// the pool has been measured on a quiet machine.
     pub io_threads: usize,
     /// How long an open file is trusted before it is looked up again
     /// (0 = before every request). Default `"1s"`.
