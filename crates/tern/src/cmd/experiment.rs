@@ -88,14 +88,7 @@ fn load(url: &str, headers: &[&str], len: Lengths, interrupt: &AtomicBool) -> an
         threads: 1,
         stop: Stop::Duration(len.measure),
         warmup: len.warmup,
-        keepalive: true,
-        pipeline: 1,
-        rate: None,
-        timeout: Duration::from_secs(10),
-        timeline: None,
-        progress: false,
-        mix_file: None,
-        tls: Default::default(),
+        ..Options::default()
     };
     Ok(load::run(&plan, &opts, interrupt)?)
 }
