@@ -91,28 +91,16 @@ readonly CGI_URL_PATH=/cgi-bin/$CGI_NAME
 readonly CGI_COMM=${CGI_NAME:0:15}
 readonly MAXCONN=4096
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit "${1:-0}"; }
-
 parse_args() {
     while [[ $# -gt 0 ]]; do
         case $1 in
-            -d|--duration) DUR=$2; shift 2 ;;
-            -r|--reps) REPS=$2; shift 2 ;;
-            -c|--connections) CONNS=$2; shift 2 ;;
-            -t|--threads) THREADS=$2; shift 2 ;;
-            -w|--workers) WORKERS=$2; shift 2 ;;
-            -s|--servers) SERVERS=$2; shift 2 ;;
-            --warmup) WARMUP=$2; shift 2 ;;
             --quiet-wait) QUIET_WAIT=$2; shift 2 ;;
             --quiet-pct) QUIET_PCT=$2; shift 2 ;;
             --fcgiwrap-children) FCGI_CHILDREN=$2; shift 2 ;;
-            --pin) PIN=1; shift ;;
-            --skip-build) SKIP_BUILD=1; shift ;;
             --profile) PROFILE=1; shift ;;
             --profile-duration) PROFILE_DUR=$2; shift 2 ;;
             --gwbench) GWBENCH=1; shift ;;
-            -h|--help) usage 0 ;;
-            *) echo "unknown option: $1" >&2; usage 2 ;;
+            *) bench_option "duration reps connections threads workers servers warmup pin skip-build" "$@"; shift "$BENCH_SHIFT" ;;
         esac
     done
     FCGI_CHILDREN=${FCGI_CHILDREN:-$CONNS}

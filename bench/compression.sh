@@ -74,28 +74,16 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 readonly PACKAGES=(nginx lighttpd lighttpd-mod-deflate wrk curl gzip python3 procps util-linux)
 readonly ALL_SERVERS=(tern-off tern-inline tern-adaptive tern-identity nginx-gzip1 nginx-gzip6 lighttpd-cache lighttpd-nocache)
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit "${1:-0}"; }
-
 parse_args() {
     while [[ $# -gt 0 ]]; do
         case $1 in
-            -d|--duration) DUR=$2; shift 2 ;;
-            -c|--connections) CONNS=$2; shift 2 ;;
-            -t|--threads) THREADS=$2; shift 2 ;;
-            -r|--reps) REPS=$2; shift 2 ;;
-            -w|--workers) WORKERS=$2; shift 2 ;;
-            -s|--servers) SERVERS=$2; shift 2 ;;
             -p|--pages) PAGES=$2; shift 2 ;;
-            --warmup) WARMUP=$2; shift 2 ;;
             --burst-servers) BURST_SERVERS=$2; shift 2 ;;
             --burst-conns) BURST_CONNS=$2; shift 2 ;;
             --burst-duration) BURST_DUR=$2; shift 2 ;;
             --burst-copies) BURST_COPIES=$2; shift 2 ;;
             --no-burst) NO_BURST=1; shift ;;
-            --no-pin) PIN=0; shift ;;
-            --skip-build) SKIP_BUILD=1; shift ;;
-            -h|--help) usage 0 ;;
-            *) echo "unknown option: $1" >&2; usage 2 ;;
+            *) bench_option "duration connections threads reps workers servers warmup no-pin skip-build" "$@"; shift "$BENCH_SHIFT" ;;
         esac
     done
     local v s

@@ -45,25 +45,12 @@ NO_TESTSSL=${NO_TESTSSL:-0}
 
 readonly PACKAGES=(nginx h2o wrk openssl curl testssl.sh procps)
 
-usage() {
-    local text
-    text=$(sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//')
-    if [[ ${1:-0} == 0 ]]; then echo "$text"; else echo "$text" >&2; fi
-    exit "${1:-0}"
-}
-
 while [[ $# -gt 0 ]]; do
     case $1 in
-        -d|--duration) DUR=$2; shift 2 ;;
-        -c|--connections) CONNS=$2; shift 2 ;;
         --hs-connections) HS_CONNS=$2; shift 2 ;;
-        -w|--workers) WORKERS=$2; shift 2 ;;
         --keys) KEYS=$2; shift 2 ;;
-        --no-pin) PIN=0; shift ;;
-        --skip-build) SKIP_BUILD=1; shift ;;
         --no-testssl) NO_TESTSSL=1; shift ;;
-        -h|--help) usage 0 ;;
-        *) echo "unknown option: $1" >&2; usage 2 ;;
+        *) bench_option "duration connections workers no-pin skip-build" "$@"; shift "$BENCH_SHIFT" ;;
     esac
 done
 for v in DUR CONNS HS_CONNS WORKERS; do
@@ -291,7 +278,7 @@ if [[ $NO_TESTSSL != 1 ]]; then
     start_tern ecdsa "$port"
     wait_https "$port"
     bench_log "testssl.sh against tern's default TLS settings (port $port)"
-    testssl.sh --quiet --color 0 --warnings off --jsonfile "$OUT/testssl.json" "127.0.0.1:$port" >"$OUT/testssl.txt" 2>&1 || true
+    testssl --quiet --color 0 --warnings off --jsonfile "$OUT/testssl.json" "127.0.0.1:$port" >"$OUT/testssl.txt" 2>&1 || true
     python3 - "$OUT/testssl.json" <<'EOF'
 import json, sys
 findings = json.load(open(sys.argv[1]))

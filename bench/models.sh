@@ -64,24 +64,18 @@ readonly STATIC_PATH=/static/115k.bin
 readonly CGI_PATH=/cgi-bin/hello.cgi
 readonly STATIC_BYTES=117760
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//'; exit "${1:-0}"; }
-
 parse_args() {
     while [[ $# -gt 0 ]]; do
         case $1 in
             -q|--quick) QUICK=1; shift ;;
-            -d|--duration) DUR=$2; shift 2 ;;
             --probe) PROBE=$2; shift 2 ;;
             --steps) STEPS=$2; shift 2 ;;
-            -c|--connections) CONNS=$2; shift 2 ;;
             -m|--models) MODELS=$2; shift 2 ;;
             --shares) SHARES=$2; shift 2 ;;
             --cpus) CPU_COUNTS=$2; shift 2 ;;
             --slo-ms) SLO_MS=$2; shift 2 ;;
-            --skip-build) SKIP_BUILD=1; shift ;;
             --tern) TERN=$2; shift 2 ;;
-            -h|--help) usage 0 ;;
-            *) echo "unknown option: $1" >&2; usage 2 ;;
+            *) bench_option "duration connections skip-build" "$@"; shift "$BENCH_SHIFT" ;;
         esac
     done
     if [[ $QUICK == 1 ]]; then

@@ -7,7 +7,8 @@
 #              SLOW_CONNS attack connections each; tern and nginx. Beside
 #              each attack: the bytes the server's sockets hold in the kernel
 #              for their clients (sum of ss's send queues, skmem wmem_queued)
-#              and the largest one, sampled as the honest run ends.
+#              and the largest one, sampled as the honest run ends, and the
+#              CPU the attack tool used meanwhile; SLOW_REPS rounds, medians.
 #   cap        a slow-read attack of CAP_ATTACK connections from 127.0.0.2
 #              (bench/lib/slowread.py) against max_connections = CAP (nginx:
 #              worker_connections), honest wrk from 127.0.0.1: its 503s and
@@ -22,7 +23,7 @@
 #              leaked.
 #
 # Usage: bench/reliability.sh [--only SECTION] [--servers tern,nginx]
-#   env: DUR=10 (wrk seconds) SLOW_CONNS=1500 CAP=1000 CAP_ATTACK=1500
+#   env: DUR=10 (wrk seconds) SLOW_CONNS=1500 SLOW_REPS=3 CAP=1000 CAP_ATTACK=1500
 #        CAP_PER_IP=500 FLOOD=1500 WORKERS=2 SKIP_BUILD=0
 # Installs wrk, nginx, slowhttptest, python3 and gcc if missing (through
 # scripts/ensure-packages.sh). Every run is bounded in time and every process
@@ -36,6 +37,7 @@ source "$ROOT/bench/lib/common.sh"
 
 DUR=${DUR:-10}
 SLOW_CONNS=${SLOW_CONNS:-1500}
+SLOW_REPS=${SLOW_REPS:-3}
 CAP=${CAP:-1000}
 CAP_ATTACK=${CAP_ATTACK:-1500}
 CAP_PER_IP=${CAP_PER_IP:-500}
@@ -49,7 +51,7 @@ while (($#)); do
     case $1 in
         --only) ONLY=$2; shift 2 ;;
         --servers) SERVERS=$2; shift 2 ;;
-        -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,31p' "$0"; exit 0 ;;
         *) bench_die "unknown option $1 (see --help)" ;;
     esac
 done
@@ -173,29 +175,64 @@ stop_background() {
 
 servers() { tr ',' ' ' <<<"$SERVERS"; }
 
+# attacker_cpu T0 T1 HZ: the attack tool's CPU over the honest run, % of one
+# CPU; "ended" when it was gone by the end (it exits once the server has
+# closed every one of its connections).
+attacker_cpu() {
+    if (($2 == 0)); then echo ended; else echo "$((($2 - $1) * 100 / $3 / DUR))%"; fi
+}
+
+# own_cpu_ticks PID: the process's utime+stime in clock ticks (0 once gone).
+own_cpu_ticks() {
+    local stat
+    local -a f
+    stat=$(cat /proc/"$1"/stat 2>/dev/null) || { echo 0; return; }
+    stat=${stat##*) }
+    read -r -a f <<<"$stat"
+    echo $((f[11] + f[12]))
+}
+
 section_slow() {
-    echo "## slow clients: honest req/s under $SLOW_CONNS attack connections (wrk -t1 -c16 -d${DUR}s, 4 KiB)"
-    printf '%-6s %-10s %10s %8s %8s %12s %12s\n' server attack req/s vs-base non2xx sendq-MiB max-KiB
-    local s attack base line rps
+    echo "## slow clients: honest req/s under $SLOW_CONNS attack connections (wrk -t1 -c16 -d${DUR}s, 4 KiB), $SLOW_REPS rounds"
+    echo "(attacker-cpu: CPU the attack tool itself used during the honest run, % of one CPU; on a host"
+    echo " where wrk and the server already fill every CPU, that much is taken from them whatever the server does;"
+    echo " \"ended\": the tool exited during the run, because the server had closed every attack connection)"
+    printf '%-6s %-5s %-10s %10s %8s %8s %12s %12s %13s\n' server round attack req/s vs-base non2xx sendq-MiB max-KiB attacker-cpu
+    local s attack base line rps round t0 t1 hz
+    hz=$(getconf CLK_TCK)
     local -A flags=([slowloris]="-H" [slowbody]="-B -s 8192" [slowread]="-X -w 512 -y 1024 -n 5 -z 32 -k 3")
     local -A paths=([slowloris]=/4k.bin [slowbody]=/4k.bin [slowread]=/1m.bin)
+    local -A ratios=()
     for s in $(servers); do
         start "$s" $((SLOW_CONNS * 3))
-        read -r base _ _ < <(honest "$s-slow-baseline")
-        printf '%-6s %-10s %10s %8s %8s %12s %12s\n' "$s" none "$base" 100% - - -
-        for attack in slowloris slowbody slowread; do
-            # shellcheck disable=SC2086
-            in_background slowhttptest ${flags[$attack]} -c "$SLOW_CONNS" -r 500 -i 10 -l $((DUR + 15)) \
-                -p 3 -u "http://127.0.0.1:$PORT${paths[$attack]}" >"$OUT/$s-$attack.slowhttptest" 2>&1
-            sleep 5
-            line=$(honest "$s-slow-$attack")
-            read -r queued largest < <(send_queues)
-            stop_background
-            read -r rps non2xx _ <<<"$line"
-            printf '%-6s %-10s %10s %7s%% %8s %12s %12s\n' "$s" "$attack" "$rps" $((base > 0 ? rps * 100 / base : 0)) \
-                "$non2xx" "$queued" "$largest"
+        for round in $(seq 1 "$SLOW_REPS"); do
+            read -r base _ _ < <(honest "$s-slow-baseline-$round")
+            printf '%-6s %-5s %-10s %10s %8s %8s %12s %12s %13s\n' "$s" "$round" none "$base" 100% - - - -
+            for attack in slowloris slowbody slowread; do
+                # shellcheck disable=SC2086
+                in_background slowhttptest ${flags[$attack]} -c "$SLOW_CONNS" -r 500 -i 10 -l $((DUR + 15)) \
+                    -p 3 -u "http://127.0.0.1:$PORT${paths[$attack]}" >"$OUT/$s-$attack-$round.slowhttptest" 2>&1
+                sleep 5
+                t0=$(own_cpu_ticks "$BG")
+                line=$(honest "$s-slow-$attack-$round")
+                t1=$(own_cpu_ticks "$BG")
+                read -r queued largest < <(send_queues)
+                stop_background
+                read -r rps non2xx _ <<<"$line"
+                ratios[$s-$attack]+="$((base > 0 ? rps * 100 / base : 0)) "
+                printf '%-6s %-5s %-10s %10s %7s%% %8s %12s %12s %13s\n' "$s" "$round" "$attack" "$rps" \
+                    $((base > 0 ? rps * 100 / base : 0)) "$non2xx" "$queued" "$largest" "$(attacker_cpu "$t0" "$t1" "$hz")"
+            done
         done
         stop_server
+    done
+    echo "median vs-base over the rounds:"
+    for s in $(servers); do
+        for attack in slowloris slowbody slowread; do
+            printf '%-6s %-10s %s%%  (rounds: %s)\n' "$s" "$attack" \
+                "$(tr ' ' '\n' <<<"${ratios[$s-$attack]}" | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')" \
+                "${ratios[$s-$attack]% }"
+        done
     done
 }
 

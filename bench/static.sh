@@ -71,33 +71,16 @@ readonly PACKAGES=(nginx lighttpd h2o wrk strace curl gcc libc6-dev python3 proc
 readonly ALL_SERVERS=(nginx lighttpd h2o minimal tern-default tern-sendfile tern-mmap tern-read)
 declare -A SIZE_BYTES=([1k]=1024 [40k]=40960 [1m]=1048576)
 
-usage() {
-    local text
-    text=$(sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//')
-    if [[ ${1:-0} == 0 ]]; then echo "$text"; else echo "$text" >&2; fi
-    exit "${1:-0}"
-}
-
 parse_args() {
     while [[ $# -gt 0 ]]; do
         case $1 in
-            -d|--duration) DUR=$2; shift 2 ;;
-            -c|--connections) CONNS=$2; shift 2 ;;
-            -t|--threads) THREADS=$2; shift 2 ;;
-            -r|--reps) REPS=$2; shift 2 ;;
-            -w|--workers) WORKERS=$2; shift 2 ;;
-            -s|--servers) SERVERS=$2; shift 2 ;;
             -z|--sizes) SIZES=$2; shift 2 ;;
-            --warmup) WARMUP=$2; shift 2 ;;
             --strace-duration) STRACE_DUR=$2; shift 2 ;;
             --idle-conns) IDLE_CONNS=$2; shift 2 ;;
-            --no-pin) PIN=0; shift ;;
-            --skip-build) SKIP_BUILD=1; shift ;;
             --no-strace) NO_STRACE=1; shift ;;
             --no-rss) NO_RSS=1; shift ;;
             --sequential) SEQUENTIAL=1; shift ;;
-            -h|--help) usage 0 ;;
-            *) echo "unknown option: $1" >&2; usage 2 ;;
+            *) bench_option "duration connections threads reps workers servers warmup no-pin skip-build" "$@"; shift "$BENCH_SHIFT" ;;
         esac
     done
     local v

@@ -179,3 +179,49 @@ bench_raise_fd_limit() {
     ((MAXFDS > 65536)) && MAXFDS=65536
     ((MAXFDS >= $1)) || bench_die "open-file limit $MAXFDS is too low for $2"
 }
+
+# bench_usage [STATUS]: the running script's header comment (line 2 up to
+# `set -euo`) as its help: on stdout for STATUS 0, else on stderr; exits STATUS.
+bench_usage() {
+    local text
+    text=$(sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//')
+    if [[ ${1:-0} == 0 ]]; then echo "$text"; else echo "$text" >&2; fi
+    exit "${1:-0}"
+}
+
+# bench_option NAMES ARGS...: takes the first of ARGS when it is one of the
+# options the load scripts share and NAMES (a space-separated list of their
+# long names) accepts, setting its variable: --duration/-d DUR,
+# --connections/-c CONNS, --threads/-t THREADS, --reps/-r REPS,
+# --workers/-w WORKERS, --servers/-s SERVERS, --warmup WARMUP, --pin and
+# --no-pin (PIN), --skip-build (SKIP_BUILD); -h/--help always. Sets
+# BENCH_SHIFT to the words it took. Anything else: the help on stderr, exit 2.
+bench_option() {
+    local names=" $1 " long
+    shift
+    case $1 in
+        -h|--help) bench_usage 0 ;;
+        -d) long=duration ;; -c) long=connections ;; -t) long=threads ;;
+        -r) long=reps ;; -w) long=workers ;; -s) long=servers ;;
+        --*) long=${1#--} ;;
+        *) long= ;;
+    esac
+    if [[ -z $long || $names != *" $long "* ]]; then
+        echo "unknown option: $1" >&2
+        bench_usage 2
+    fi
+    BENCH_SHIFT=2
+    case $long in
+        duration) DUR=${2:?$1 needs a value} ;;
+        connections) CONNS=${2:?$1 needs a value} ;;
+        threads) THREADS=${2:?$1 needs a value} ;;
+        reps) REPS=${2:?$1 needs a value} ;;
+        workers) WORKERS=${2:?$1 needs a value} ;;
+        servers) SERVERS=${2:?$1 needs a value} ;;
+        warmup) WARMUP=${2:?$1 needs a value} ;;
+        pin) PIN=1; BENCH_SHIFT=1 ;;
+        no-pin) PIN=0; BENCH_SHIFT=1 ;;
+        skip-build) SKIP_BUILD=1; BENCH_SHIFT=1 ;;
+        *) echo "unknown option: $1" >&2; bench_usage 2 ;;
+    esac
+}

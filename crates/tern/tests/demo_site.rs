@@ -6,8 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use common::{get, Tern};
 
@@ -135,41 +134,6 @@ fn first_pixel(png: &[u8]) -> [u8; 3] {
     [row[1], row[2], row[3]]
 }
 
-/// Headless Chromium, bounded in time, one screenshot.
-fn screenshot(url: &str, out: &Path) {
-    let profile = tempfile::tempdir().unwrap();
-    let mut child = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            "--window-size=1024,900",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()))
-        .arg(format!("--screenshot={}", out.display()))
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium (scripts/test.sh installs it)");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium took more than 90 s for {url}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn screenshots_show_the_stylesheet_on_every_page() {
     let (_dir, site) = demo();
@@ -185,7 +149,7 @@ fn screenshots_show_the_stylesheet_on_every_page() {
     ] {
         let png = shots.join(format!("{name}.png"));
         let _ = std::fs::remove_file(&png);
-        screenshot(&tern.url(path), &png);
+        common::chromium::load(&tern.url(path), "1024,900", Some(&png));
         let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("no screenshot of {path}: {e}"));
         // The stylesheet's background (--foam, #f4f8fb); without it, white.
         let [r, g, b] = first_pixel(&bytes);

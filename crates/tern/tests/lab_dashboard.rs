@@ -68,44 +68,9 @@ impl Drop for Dashboard {
     }
 }
 
-/// Headless Chromium, bounded in time: the DOM after load, or a screenshot.
+/// The DOM after load, or a screenshot, in the dashboard's window size.
 fn chromium(url: &str, screenshot: Option<&Path>) -> String {
-    let profile = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new("chromium");
-    cmd.args([
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        "--window-size=1100,1400",
-    ])
-    .arg(format!("--user-data-dir={}", profile.path().display()));
-    match screenshot {
-        Some(out) => cmd.arg(format!("--screenshot={}", out.display())),
-        None => cmd.arg("--dump-dom"),
-    };
-    let out_file = profile.path().join("dom.html");
-    let mut child = cmd
-        .arg(url)
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_file).unwrap())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromium (scripts/test.sh installs it)");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium took more than 90 s for {url}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::fs::read_to_string(out_file).unwrap()
+    common::chromium::load(url, "1100,1400", screenshot)
 }
 
 /// The attributes of every `<NAME …>` tag in `html`.

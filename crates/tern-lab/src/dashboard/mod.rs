@@ -259,20 +259,7 @@ impl Dashboard {
         };
         let facts = vec![
             ("host", run.host.fingerprint.clone()),
-            (
-                "machine state",
-                format!(
-                    "{} of {} CPUs usable, governor {}, load {:.2} {:.2} {:.2}, {} KiB available, {}",
-                    e.cores_usable,
-                    e.cores_online,
-                    e.governor,
-                    e.load_average[0],
-                    e.load_average[1],
-                    e.load_average[2],
-                    e.memory_available_kib,
-                    e.virtualisation
-                ),
-            ),
+            ("machine state", e.machine_state()),
             ("took", format!("{:.1} s", d.finished_at - d.started_at)),
             ("tern", d.tern_version.clone()),
             ("command line", d.command_line.join(" ")),

@@ -24,6 +24,21 @@ fn failed<E: std::fmt::Display>(e: E) -> String {
     format!("cannot draw the chart: {e}")
 }
 
+/// Draws the series' legend in the upper left corner and finishes the SVG.
+fn legend_and_present<'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+) -> std::result::Result<(), String> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(failed)?;
+    root.present().map_err(failed)
+}
+
 /// A short, readable number for labels: 3 significant digits or integers.
 pub fn short(v: f64) -> String {
     let a = v.abs();
@@ -136,14 +151,7 @@ pub fn xy_chart(title: &str, x_desc: &str, unit: &str, series: &[Series], x_form
                     .map_err(failed)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(failed)?;
-        root.present().map_err(failed)?;
+        legend_and_present(&mut chart, &root)?;
     }
     Ok(svg)
 }
@@ -208,14 +216,7 @@ pub fn history_chart(title: &str, unit: &str, steps: &[Step]) -> Result {
             .map_err(failed)?
             .label("regression (worse than 125% of that median)")
             .legend(move |(x, y)| Rectangle::new([(x + 5, y - 4), (x + 13, y + 4)], REGRESSION.filled()));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(failed)?;
-        root.present().map_err(failed)?;
+        legend_and_present(&mut chart, &root)?;
     }
     Ok(svg)
 }

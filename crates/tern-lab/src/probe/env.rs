@@ -32,6 +32,16 @@ fn read(path: &str) -> String {
 }
 
 impl Environment {
+    /// One line on what the run had to work with: usable CPUs, governor,
+    /// load, free memory and what the machine runs in.
+    pub fn machine_state(&self) -> String {
+        let [l1, l5, l15] = self.load_average;
+        format!(
+            "{} of {} CPUs usable, governor {}, load {l1:.2} {l5:.2} {l15:.2}, {} KiB available, {}",
+            self.cores_usable, self.cores_online, self.governor, self.memory_available_kib, self.virtualisation
+        )
+    }
+
     /// Reads everything from /proc and /sys; what cannot be read is empty.
     pub fn capture(governor: String) -> Environment {
         let cpuinfo = read("/proc/cpuinfo");

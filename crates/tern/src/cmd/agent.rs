@@ -40,6 +40,25 @@ pub struct Args {
     pub tls_key: Option<PathBuf>,
 }
 
+/// How `tern bench` and `tern probe` reach their agents (`--agent`).
+#[derive(clap::Args)]
+pub struct Reach {
+    /// The agents' shared token (first line of the file).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// CA certificate (PEM) that signed the agents' certificates: talk to
+    /// them over TLS only, refusing any other certificate.
+    #[arg(long, value_name = "FILE", requires = "agent")]
+    pub agent_ca: Option<PathBuf>,
+}
+
+impl Reach {
+    pub fn access(&self) -> anyhow::Result<agent::Access> {
+        let token_file = self.token_file.as_ref().ok_or_else(|| anyhow::anyhow!("--agent needs --token-file"))?;
+        Ok(agent::Access::read(token_file, self.agent_ca.as_deref())?)
+    }
+}
+
 /// `tern bench` arguments as an agent receives them.
 #[derive(Parser)]
 #[command(name = "tern bench", no_binary_name = true)]

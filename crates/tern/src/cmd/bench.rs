@@ -124,13 +124,8 @@ pub struct Args {
     /// histograms are merged exactly.
     #[arg(long, value_name = "HOST:PORT", requires = "token_file", conflicts_with = "timeline")]
     pub agent: Vec<String>,
-    /// The agents' shared token (first line of the file).
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-    /// CA certificate (PEM) that signed the agents' certificates: talk to
-    /// them over TLS only, refusing any other certificate.
-    #[arg(long, value_name = "FILE", requires = "agent")]
-    pub agent_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub reach: super::agent::Reach,
     #[command(flatten)]
     pub recording: super::lab::Recording,
 }
@@ -224,8 +219,7 @@ fn forwarded_args() -> Vec<String> {
 /// `tern bench --agent A --agent B …`: the same run on every agent at one
 /// start time, the histograms merged exactly.
 fn distributed(args: &Args) -> anyhow::Result<ExitCode> {
-    let token_file = args.token_file.as_ref().context("--agent needs --token-file")?;
-    let access = tern_lab::agent::Access::read(token_file, args.agent_ca.as_deref())?;
+    let access = args.reach.access()?;
     let agents = args
         .agent
         .iter()

@@ -239,17 +239,7 @@ fn show(run: &store::Run) -> String {
         d.tern_version
     );
     let _ = writeln!(s, "host {} (id {}): {}", run.host.hostname, run.host.id, run.host.fingerprint);
-    let _ = writeln!(
-        s,
-        "  {} of {} CPUs usable, governor {}, load {:.2} {:.2} {:.2}, {} KiB available",
-        e.cores_usable,
-        e.cores_online,
-        e.governor,
-        e.load_average[0],
-        e.load_average[1],
-        e.load_average[2],
-        e.memory_available_kib
-    );
+    let _ = writeln!(s, "  {}", e.machine_state());
     let _ = writeln!(s, "command: {}", d.command_line.join(" "));
     let _ = writeln!(s, "config: {}", d.config);
     let _ = writeln!(s, "{:<40} {:<16} {:>14} {:<8}", "SUBJECT", "METRIC", "VALUE", "UNIT");

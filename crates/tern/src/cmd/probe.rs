@@ -78,13 +78,8 @@ pub struct Args {
     /// side by side). The rpc suite is timed from here, null RPC subtracted.
     #[arg(long, value_name = "HOST:PORT", requires = "token_file")]
     pub agent: Vec<String>,
-    /// The agents' shared token (first line of the file).
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-    /// CA certificate (PEM) that signed the agents' certificates: talk to
-    /// them over TLS only, refusing any other certificate.
-    #[arg(long, value_name = "FILE", requires = "agent")]
-    pub agent_ca: Option<PathBuf>,
+    #[command(flatten)]
+    pub reach: super::agent::Reach,
     #[command(flatten)]
     pub recording: super::lab::Recording,
 }
@@ -133,10 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         args.recording.save(&record::probe(&report, record::Context::here(args.recording.label.clone(), started)));
         return Ok(ExitCode::SUCCESS);
     }
-    let access = match &args.token_file {
-        Some(f) => tern_lab::agent::Access::read(f, args.agent_ca.as_deref())?,
-        None => anyhow::bail!("--agent needs --token-file"),
-    };
+    let access = args.reach.access()?;
     // One agent after the other, so none disturbs another's figures (nor
     // the master's timing of the rpc and net suites); one that fails is
     // named at the end and does not cost the others their reports.

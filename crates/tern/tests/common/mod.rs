@@ -2,6 +2,7 @@
 //! ephemeral port, talk to it over real sockets.
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod chromium;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
