@@ -24,11 +24,11 @@ impl App for Lab {
 }
 
 /// The server's settings: `listen` only, one worker, no access log, files
-/// sent with read(2) (nothing to calibrate), an empty directory as the
-/// root (every path is the dashboard's).
+/// sent with read(2) (nothing to calibrate), no CGI, an empty directory as
+/// the root (every path is the dashboard's).
 fn config(listen: &str, root: &Path) -> anyhow::Result<Config> {
     let text = format!(
-        "[server]\nlisten = [{}]\nroot = {}\nworkers = 1\n[static]\nio = \"read\"\n[log]\naccess = \"off\"\nlevel = \"warn\"\n",
+        "[server]\nlisten = [{}]\nroot = {}\nworkers = 1\n[static]\nio = \"read\"\n[cgi]\ndirectories = []\nextensions = []\n[log]\naccess = \"off\"\nlevel = \"warn\"\n",
         toml_string(listen),
         toml_string(&root.to_string_lossy())
     );
