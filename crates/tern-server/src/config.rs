@@ -194,6 +194,10 @@ pub enum Model {
 }
 
 impl Model {
+    /// Every model there is, built or not: what the lab's E3 tries, each
+    /// kept only when [`Config::parse`] accepts it.
+    pub const ALL: [Model; 4] = [Model::Event, Model::Pool, Model::Staged, Model::PerRequest];
+
     pub fn name(self) -> &'static str {
         match self {
             Model::Event => "event",

@@ -1,16 +1,40 @@
-//! `tern lab run e1|e4 --quick` end to end: each starts its own tern
-//! servers, measures, prints its table and stores one run whose
-//! measurements are the table's.
+//! `tern lab run e1|e2|e3|e4 --quick` end to end: each starts its own
+//! tern servers (and the gateway's programs), measures, prints its table
+//! and stores one run whose measurements are the table's.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 fn tern(args: &[&str], store: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tern")).args(args).arg("--store").arg(store).output().unwrap()
 }
 
+/// The gateway's programs E2 and E3 run, built once for all tests.
+fn gateway() -> &'static str {
+    static BUILT: OnceLock<String> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let gateway = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../gateway");
+        let made = Command::new("make")
+            .arg("-s")
+            .arg("-C")
+            .arg(&gateway)
+            .args(["build/fcgi-files", "build/hello.cgi"])
+            .status()
+            .unwrap();
+        assert!(made.success(), "make -C gateway (fcgi-files needs libfcgi-dev)");
+        gateway.join("build").to_str().unwrap().to_string()
+    })
+}
+
 fn run(name: &str, store: &Path) -> (String, serde_json::Value) {
-    let out = tern(&["lab", "run", name, "--quick"], store);
+    run_with(name, store, &[])
+}
+
+fn run_with(name: &str, store: &Path, extra: &[&str]) -> (String, serde_json::Value) {
+    let mut args = vec!["lab", "run", name, "--quick"];
+    args.extend(extra);
+    let out = tern(&args, store);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).unwrap();
     let line = stdout.lines().find(|l| l.starts_with("stored as run ")).unwrap_or_else(|| panic!("{stdout}"));
@@ -67,4 +91,114 @@ fn e4_stores_the_compression_gain_per_page_and_coding() {
                 / 41_518.0);
     assert!((gzip["value"].as_f64().unwrap() - expected).abs() < 1e-9);
     assert!(table.contains("41518") && table.contains("zstd"), "{table}");
+}
+
+#[test]
+fn e2_compares_tern_and_the_fastcgi_file_server_by_file_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("lab.sqlite");
+    let (table, run) = run_with("e2", &store, &["--gateway", gateway()]);
+    assert_eq!((run["kind"].as_str(), run["status"].as_str()), (Some("e2"), Some("complete")));
+    let rps = values(&run, "requests_per_s");
+    assert_eq!(rps.len(), 15, "5 methods x 3 sizes");
+    let of = |subject: &str, size: u64| {
+        rps.iter().find(|m| m["subject"] == subject && m["size"] == size).unwrap()["value"].as_f64().unwrap()
+    };
+    for subject in ["fcgi-files mmap", "fcgi-files read", "tern read", "tern mmap", "tern sendfile"] {
+        let sizes: Vec<u64> =
+            rps.iter().filter(|m| m["subject"] == subject).map(|m| m["size"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, vec![1024, 65_536, 1_048_576], "{subject}");
+        assert!(sizes.iter().all(|&s| of(subject, s) > 0.0), "{subject} served every size");
+    }
+    let ratios = values(&run, "mmap_read_ratio");
+    assert_eq!(ratios.len(), 6, "2 servers x 3 sizes");
+    for r in ratios {
+        let (family, size) = (r["subject"].as_str().unwrap(), r["size"].as_u64().unwrap());
+        let expected = of(&format!("{family} mmap"), size) / of(&format!("{family} read"), size);
+        assert!((r["value"].as_f64().unwrap() - expected).abs() < 1e-9, "{family} {size}: {r}");
+    }
+    let header = table.lines().next().unwrap();
+    for column in
+        ["fcgi mmap", "fcgi read", "fcgi mmap/read", "tern read", "tern mmap", "tern sendfile", "tern mmap/read"]
+    {
+        assert!(header.contains(column), "{table}");
+    }
+    for size in ["1KiB", "64KiB", "1MiB"] {
+        assert!(table.lines().any(|l| l.trim_start().starts_with(size)), "{size}: {table}");
+    }
+}
+
+#[test]
+fn e2_without_the_gateway_names_what_to_build_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("lab.sqlite");
+    let missing = dir.path().join("no-gateway");
+    let out = tern(&["lab", "run", "e2", "--quick", "--gateway", missing.to_str().unwrap()], &store);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no-gateway/fcgi-files") && stderr.contains("make -C gateway"), "{stderr}");
+    let list = String::from_utf8(tern(&["lab", "list"], &store).stdout).unwrap();
+    assert_eq!(list.lines().count(), 1, "only the header: {list}");
+}
+
+#[test]
+fn e3_finds_each_models_saturation_point_by_cgi_share_and_cpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("lab.sqlite");
+    let (table, run) = run_with("e3", &store, &["--gateway", gateway()]);
+    assert_eq!((run["kind"].as_str(), run["status"].as_str()), (Some("e3"), Some("complete")));
+    let cpus: Vec<u64> = if std::thread::available_parallelism().unwrap().get() >= 2 { vec![1, 2] } else { vec![1] };
+    let one = |subject: &str, metric: &str, n: u64| {
+        let found: Vec<_> =
+            values(&run, metric).into_iter().filter(|m| m["subject"] == subject && m["cpus"] == n).collect();
+        assert_eq!(found.len(), 1, "{subject} {metric} on {n} CPUs");
+        found[0]["value"].as_f64().unwrap()
+    };
+    let capacities = values(&run, "capacity");
+    let models: std::collections::BTreeSet<&str> =
+        capacities.iter().map(|m| m["subject"].as_str().unwrap().split(' ').next().unwrap()).collect();
+    for model in ["event", "pool", "per-request"] {
+        assert!(models.contains(model), "{model} measured: {models:?}");
+    }
+    assert_eq!(capacities.len(), models.len() * 3 * cpus.len(), "every model x 3 shares x CPU counts");
+    for model in &models {
+        for share in [0, 50, 100] {
+            let subject = format!("{model} cgi{share}%");
+            for &n in &cpus {
+                let capacity = one(&subject, "capacity", n);
+                assert!(capacity > 0.0, "{subject} on {n} CPUs");
+                // The steps are fractions of the probed capacity.
+                assert_eq!(one(&subject, "rate@1x", n), capacity.floor(), "{subject}");
+                assert_eq!(one(&subject, "rate@0.5x", n), (capacity * 0.5).floor(), "{subject}");
+                assert!(one(&subject, "requests_per_s@0.5x", n) > 0.0, "{subject}");
+                assert_eq!(one(&subject, "failed@0.5x", n), 0.0, "{subject} lost requests at half its capacity");
+                // The saturation point: the most a step carried (95 % of its
+                // rate, p99 within 500 ms, nothing failed).
+                let carried = ["0.5", "1", "1.25"]
+                    .iter()
+                    .map(|f| {
+                        let at = |metric: &str| one(&subject, &format!("{metric}@{f}x"), n);
+                        let served = at("requests_per_s");
+                        let ok = served >= 0.95 * at("rate") && at("latency_p99") <= 500_000.0 && at("failed") == 0.0;
+                        if ok {
+                            served
+                        } else {
+                            0.0
+                        }
+                    })
+                    .fold(0.0, f64::max);
+                assert_eq!(one(&subject, "saturation", n), carried, "{subject} on {n} CPUs");
+            }
+            assert!(
+                table.lines().any(|l| l.contains(&format!("highest saturation point on 1 CPU, CGI {share}%"))),
+                "{table}"
+            );
+        }
+        let rows = table.lines().filter(|l| l.split_whitespace().nth(2) == Some(model)).count();
+        assert_eq!(rows, 3 * cpus.len(), "a row per share and CPU count: {table}");
+    }
+    let header = table.lines().next().unwrap();
+    for column in ["cpus", "cgi", "model", "capacity", "0.5x", "1x", "1.25x", "saturation"] {
+        assert!(header.contains(column), "{header}");
+    }
 }

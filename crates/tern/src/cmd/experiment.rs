@@ -3,12 +3,20 @@
 //! drives it with the load generator, stores the whole experiment as one
 //! run (one measurement per workload) and prints its table.
 //!
-//! E1 static I/O methods by file size, E4 compression by page size and
-//! coding, E5 the OS probes. E2 (FastCGI) and E3 (the thread models) are
-//! not here yet: `bench/fastcgi.sh` is E2's script.
+//! E1 static I/O methods by file size; E2 (`file_io.rs`) the same methods
+//! against the gateway's FastCGI file server in its mmap and read modes;
+//! E3 (`models.rs`) the concurrency models by CGI share and CPU count,
+//! their saturation points from open-loop steps; E4 compression by page
+//! size and coding; E5 the OS probes. E2 and E3 run the gateway's C
+//! programs (`make -C gateway`), found beside this binary's repository or
+//! in `--gateway DIR`.
+
+mod file_io;
+mod models;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -30,13 +38,16 @@ struct Served {
 }
 
 impl Served {
-    fn start(root: &Path, config: &str) -> anyhow::Result<Served> {
+    /// `tern serve ROOT` with `config` and the command-line `args`.
+    fn start(root: &Path, config: &str, args: &[&str]) -> anyhow::Result<Served> {
         let file = root.with_extension("toml");
         std::fs::write(&file, config).with_context(|| format!("cannot write {}", file.display()))?;
         let mut child = Command::new(std::env::current_exe()?)
             .arg("serve")
             .arg(root)
-            .args(["--listen", "127.0.0.1:0", "--workers", "1", "--config"])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .arg("--config")
             .arg(&file)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -71,6 +82,10 @@ impl Drop for Served {
     }
 }
 
+/// The log settings of every server an experiment starts: no access log,
+/// warnings only.
+const QUIET_LOG: &str = "[log]\naccess = \"off\"\nlevel = \"warn\"\n";
+
 /// The lengths of one workload's measurement.
 #[derive(Clone, Copy)]
 struct Lengths {
@@ -80,9 +95,6 @@ struct Lengths {
 
 /// One closed-loop load run: 4 connections on one thread.
 fn load(url: &str, headers: &[&str], len: Lengths, interrupt: &AtomicBool) -> anyhow::Result<load::Report> {
-    let spec = RequestSpec::new("GET", Url::parse(url)?);
-    let headers = headers.iter().map(|h| plan::parse_header(h)).collect::<Result<Vec<_>, _>>()?;
-    let plan = Plan::build(&[spec], &headers, true)?;
     let opts = Options {
         connections: 4,
         threads: 1,
@@ -90,7 +102,48 @@ fn load(url: &str, headers: &[&str], len: Lengths, interrupt: &AtomicBool) -> an
         warmup: len.warmup,
         ..Options::default()
     };
-    Ok(load::run(&plan, &opts, interrupt)?)
+    drive(&[RequestSpec::new("GET", Url::parse(url)?)], headers, &opts, interrupt)
+}
+
+/// One load run of `specs` (all to one server), `headers` on every request.
+fn drive(
+    specs: &[RequestSpec],
+    headers: &[&str],
+    opts: &Options,
+    interrupt: &AtomicBool,
+) -> anyhow::Result<load::Report> {
+    let headers = headers.iter().map(|h| plan::parse_header(h)).collect::<Result<Vec<_>, _>>()?;
+    let plan = Plan::build(specs, &headers, true)?;
+    Ok(load::run(&plan, opts, interrupt)?)
+}
+
+/// A program the gateway builds (`make -C gateway`): in `dir` when given,
+/// else in `gateway/build` of the repository this binary was built in (an
+/// ancestor of its path) or of the current directory.
+fn gateway_program(dir: Option<&Path>, name: &str) -> anyhow::Result<PathBuf> {
+    let executable = |p: &Path| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    if let Some(dir) = dir {
+        let path = dir.join(name);
+        if !executable(&path) {
+            bail!(
+                "{} is not an executable: build it with `make -C gateway` (then --gateway gateway/build)",
+                path.display()
+            );
+        }
+        return Ok(path);
+    }
+    let exe = std::env::current_exe().and_then(std::fs::canonicalize).unwrap_or_default();
+    let cwd = std::env::current_dir().unwrap_or_default();
+    exe.ancestors()
+        .chain(cwd.ancestors())
+        .map(|a| a.join("gateway/build").join(name))
+        .find(|p| executable(p))
+        .with_context(|| {
+            format!(
+                "cannot find the gateway's {name}: build it with `make -C gateway` in tern's repository \
+                 (fcgi-files needs libfcgi-dev), or name its directory with --gateway DIR"
+            )
+        })
 }
 
 /// A printed table: header, then rows of cells.
@@ -107,6 +160,30 @@ impl Table {
     }
 }
 
+/// A file's bytes: a pattern that is neither all zeros nor compressible
+/// to nothing.
+fn pattern(len: u64) -> Vec<u8> {
+    (0..len).map(|i| (i * 131 % 251) as u8).collect()
+}
+
+/// A scratch directory of one experiment, removed with what is in it when
+/// dropped (also when the experiment fails half-way).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> anyhow::Result<Scratch> {
+        let dir = std::env::temp_dir().join(format!("tern-lab-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn sized(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
@@ -119,6 +196,9 @@ fn sized(bytes: u64) -> String {
 struct Outcome {
     measurements: Vec<Measurement>,
     table: Table,
+    /// Lines printed (and stored) after the table: conclusions, what was
+    /// left out and why.
+    notes: Vec<String>,
     config: serde_json::Value,
     interrupted: bool,
 }
@@ -136,15 +216,13 @@ fn e1(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
     let root = dir.join("www");
     std::fs::create_dir_all(&root)?;
     for &s in sizes {
-        let body: Vec<u8> = (0..s).map(|i| (i * 131 % 251) as u8).collect();
-        std::fs::write(root.join(format!("{s}.bin")), body)?;
+        std::fs::write(root.join(format!("{s}.bin")), pattern(s))?;
     }
     let mut table = Table(vec![vec!["method".into(), "size".into(), "req/s".into(), "MiB/s".into(), "p99 us".into()]]);
     let mut measurements = Vec::new();
     let mut interrupted = false;
     'methods: for method in ["sendfile", "mmap", "read"] {
-        let served =
-            Served::start(&root, &format!("[static]\nio = \"{method}\"\n[log]\naccess = \"off\"\nlevel = \"warn\"\n"))?;
+        let served = Served::start(&root, &format!("[static]\nio = \"{method}\"\n{QUIET_LOG}"), &["--workers", "1"])?;
         for &s in sizes {
             let report = load(&format!("http://{}/{s}.bin", served.addr), &[], len, interrupt)?;
             let mut ms = record::load_measurements(&report, method, env);
@@ -169,7 +247,7 @@ fn e1(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
     let _ = std::fs::remove_dir_all(&dir);
     let config = serde_json::json!({"sizes": sizes, "connections": 4, "threads": 1, "workers": 1,
         "warmup_s": len.warmup.as_secs_f64(), "measure_s": len.measure.as_secs_f64()});
-    Ok(Outcome { measurements, table, config, interrupted })
+    Ok(Outcome { measurements, table, notes: Vec::new(), config, interrupted })
 }
 
 /// An HTML page of exactly `size` bytes, varied enough that it compresses
@@ -203,7 +281,7 @@ fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
     for s in SIZES {
         std::fs::write(root.join(format!("{s}.html")), page(s))?;
     }
-    let served = Served::start(&root, "[log]\naccess = \"off\"\nlevel = \"warn\"\n")?;
+    let served = Served::start(&root, QUIET_LOG, &["--workers", "1"])?;
     let mut table = Table(vec![vec![
         "page".into(),
         "coding".into(),
@@ -262,7 +340,7 @@ fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
         "levels": "tern's defaults", "connections": 4, "threads": 1, "workers": 1,
         "warmup_s": len.warmup.as_secs_f64(), "measure_s": len.measure.as_secs_f64(),
         "published_gain": "21-64%"});
-    Ok(Outcome { measurements, table, config, interrupted })
+    Ok(Outcome { measurements, table, notes: Vec::new(), config, interrupted })
 }
 
 /// E5: the probe suites on this host.
@@ -286,13 +364,14 @@ fn e5(quick: bool) -> anyhow::Result<(Outcome, tern_lab::probe::report::ProbeRep
     let outcome = Outcome {
         measurements: record::probe_measurements(&report),
         table,
+        notes: Vec::new(),
         config: serde_json::json!({"suites": "all", "quick": quick, "samples": report.samples}),
         interrupted: false,
     };
     Ok((outcome, report))
 }
 
-pub fn run(name: &str, quick: bool, recording: &Recording) -> anyhow::Result<ExitCode> {
+pub fn run(name: &str, quick: bool, gateway: Option<&Path>, recording: &Recording) -> anyhow::Result<ExitCode> {
     let started = store::now();
     let env = Environment::capture(tern_lab::probe::cpu::governor(0));
     let interrupt = load::interrupt_on_ctrl_c()?;
@@ -310,11 +389,20 @@ pub fn run(name: &str, quick: bool, recording: &Recording) -> anyhow::Result<Exi
             let result = serde_json::to_value(&report).unwrap_or_default();
             (o, result, report.environment)
         }
-        "e2" => bail!("e2 (FastCGI file I/O) is not a lab command yet: run bench/fastcgi.sh"),
-        "e3" => bail!("e3 (the thread models) is not a lab command yet: it waits for server.model"),
+        "e2" => {
+            let o = file_io::e2(quick, gateway, &interrupt, &env)?;
+            (o, serde_json::Value::Null, env)
+        }
+        "e3" => {
+            let o = models::e3(quick, gateway, &interrupt, &env)?;
+            (o, serde_json::Value::Null, env)
+        }
         other => bail!("no experiment {other:?}: choose one of {}", NAMES.join(", ")),
     };
     outcome.table.print();
+    for note in &outcome.notes {
+        println!("{note}");
+    }
     let table_json: Vec<Vec<String>> = outcome.table.0.clone();
     let ctx = record::Context::here(recording.label.clone(), started);
     let run = RunData {
@@ -327,7 +415,11 @@ pub fn run(name: &str, quick: bool, recording: &Recording) -> anyhow::Result<Exi
         label: if ctx.label.is_empty() { format!("{name}{}", if quick { " --quick" } else { "" }) } else { ctx.label },
         started_at: ctx.started_at,
         finished_at: ctx.finished_at,
-        result: if result.is_null() { serde_json::json!({ "table": table_json }) } else { result },
+        result: if result.is_null() {
+            serde_json::json!({ "table": table_json, "notes": outcome.notes })
+        } else {
+            result
+        },
         measurements: outcome.measurements,
         histograms: Vec::new(),
     };

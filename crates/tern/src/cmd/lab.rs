@@ -66,6 +66,8 @@ Examples:
   tern lab export 12 13 -o runs.json && tern lab import runs.json --store other.sqlite
   tern lab delete 12
   tern lab run e1 --quick             static I/O methods by file size, stored
+  tern lab run e2 --quick             the same beside the FastCGI file server (make -C gateway)
+  tern lab run e3 --quick             concurrency models x CGI share x CPUs: saturation points
   tern lab serve                      the dashboard on http://127.0.0.1:8686/
   tern lab report 12 13 -o report.html";
 
@@ -118,7 +120,8 @@ pub enum LabCommand {
         #[arg(required = true)]
         ids: Vec<i64>,
     },
-    /// Run an experiment (e1 static I/O methods, e4 compression, e5 OS
+    /// Run an experiment (e1 static I/O methods, e2 the same beside the
+    /// FastCGI file server, e3 concurrency models, e4 compression, e5 OS
     /// probes), store it as one run and print its table.
     Run {
         #[arg(value_parser = super::experiment::NAMES)]
@@ -126,6 +129,11 @@ pub enum LabCommand {
         /// The short version (well under two minutes).
         #[arg(long)]
         quick: bool,
+        /// e2, e3: the directory of the gateway's built programs
+        /// (fcgi-files, hello.cgi) [default: gateway/build of the repository
+        /// this tern was built in, or of the current directory].
+        #[arg(long, value_name = "DIR")]
+        gateway: Option<PathBuf>,
         /// A label for the run in the store.
         #[arg(long, value_name = "TEXT", default_value = "")]
         label: String,
@@ -199,9 +207,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let shown: Vec<String> = ids.iter().map(i64::to_string).collect();
             println!("imported {} runs as {}", ids.len(), shown.join(" "));
         }
-        LabCommand::Run { name, quick, label } => {
+        LabCommand::Run { name, quick, gateway, label } => {
             let recording = Recording { store: args.store.clone(), no_store: false, label };
-            return super::experiment::run(&name, quick, &recording);
+            return super::experiment::run(&name, quick, gateway.as_deref(), &recording);
         }
         LabCommand::Serve { listen } => return super::dashboard::serve(store_path(given), &listen),
         LabCommand::Report { ids, output } => return super::dashboard::report(store_path(given), &ids, &output),
