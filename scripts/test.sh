@@ -28,16 +28,13 @@ cargo test --workspace --locked
 
 # The end-to-end suite once more per thread model (the run above was the
 # default, event): one suite, the model picked by $TERN_MODEL in the harness.
-# Skipped there: room at the cap across workers (`room.rs`), which only the
-# event engine has so far (the pool's fronts evict only their own).
 for model in pool per-request; do
     echo "== end-to-end suite, server.model = $model"
     TERN_MODEL=$model cargo test -p tern --locked \
         --test static_files --test static_io --test corpus --test traversal --test hidden_files \
         --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings \
         --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst \
-        --test operations --test reload \
-        -- --skip at_the_cap_an_idle_connection_on_another_worker_makes_room
+        --test operations --test reload
 done
 
 echo "all tests passed"

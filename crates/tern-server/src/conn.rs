@@ -403,14 +403,29 @@ impl Conn {
 
     fn set_clock(&mut self, clock: Clock, w: &mut Worker<'_>) {
         match (self.timer.clock == Clock::Idle, clock == Clock::Idle) {
-            // Wrapping: under the pool engine a connection may go idle on
-            // one thread's `Worker` and wake on another's; only the event
-            // engine, where a connection keeps its worker, reads the count.
-            (false, true) => w.idle = w.idle.wrapping_add(1),
-            (true, false) => w.idle = w.idle.wrapping_sub(1),
+            (false, true) => w.idle += 1,
+            (true, false) => w.idle = w.idle.saturating_sub(1),
             _ => {}
         }
         self.timer = Timer { clock, start: w.now, bytes: 0 };
+    }
+
+    /// Takes the connection off worker `w`'s idle count as it leaves for
+    /// another thread, whose worker it joins with [`Conn::arrive`]: an
+    /// engine that passes connections between threads keeps each worker's
+    /// count exact, so a front publishes its own for `room.rs`.
+    pub fn depart(&self, w: &mut Worker<'_>) {
+        if self.timer.clock == Clock::Idle {
+            w.idle = w.idle.saturating_sub(1);
+        }
+    }
+
+    /// Puts a connection that arrived from another thread on worker `w`'s
+    /// idle count (see [`Conn::depart`]).
+    pub fn arrive(&self, w: &mut Worker<'_>) {
+        if self.timer.clock == Clock::Idle {
+            w.idle += 1;
+        }
     }
 
     fn drive(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {

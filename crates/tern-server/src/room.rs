@@ -2,7 +2,10 @@
 //! `server.max_connections` closes its own longest-idle keep-alive
 //! connection to admit a new one; when it has none, it asks a worker that
 //! has one to close it, so the cap is server-wide in effect and a new
-//! client is not refused while idle connections are held anywhere.
+//! client is not refused while idle connections are held anywhere. A
+//! "worker" here is a thread that accepts and holds connections in its
+//! epoll set (an event worker, a pool front): `engine/front.rs` drives
+//! this for every engine.
 //!
 //! No lock, and nothing per request: each worker publishes how many of its
 //! connections are idle with a plain store once per event-loop turn, and
@@ -43,7 +46,9 @@ impl Room {
     /// How worker `index` is woken when another asks it for room (its
     /// engine's waker; an engine that lends none is never asked).
     pub fn lend_wake(&self, index: usize, wake: Wake) {
-        let _ = self.workers[index].wake.set(wake);
+        if let Some(slot) = self.workers.get(index) {
+            let _ = slot.wake.set(wake);
+        }
     }
 
     /// Worker `index` has `idle` idle keep-alive connections.

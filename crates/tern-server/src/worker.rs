@@ -106,8 +106,9 @@ pub struct Worker<'s> {
     /// This worker's listening sockets, while it accepts (their accept
     /// queue is part of the load signal).
     pub listeners: Vec<RawFd>,
-    /// Connections kept alive and idle between requests (kept by `Conn` as
-    /// its clock changes; the engine publishes it for `room.rs`).
+    /// Connections this worker holds that are kept alive and idle between
+    /// requests (kept by `Conn` as its clock changes and as it moves between
+    /// threads; a front publishes it for `room.rs`).
     pub idle: usize,
     /// The I/O pool, lent only by an engine whose thread must never wait
     /// for a disk (a reactor); `None`: opens and reads happen in place.

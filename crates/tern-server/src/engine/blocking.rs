@@ -129,7 +129,7 @@ pub fn serve(
             }
             seen = ending;
         }
-        if seen == Ending::Reload && conn.between_requests() && shared.successor.get().is_some() {
+        if front::leaves(shared, conn, seen) {
             return Left::Handover;
         }
         if park && conn.waits_on_socket_only() {

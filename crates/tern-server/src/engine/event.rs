@@ -66,8 +66,6 @@ pub fn run(
             return;
         }
     };
-    let room_waker = waker.clone();
-    shared.room.lend_wake(index, Box::new(move || _ = room_waker.wake()));
     let _ = ready.send(Ok(waker));
     let mut w = shared.worker(index, Box::new(EpollWatcher(registry)));
     w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
@@ -123,13 +121,6 @@ pub fn run(
                     for moved in inbox.try_iter() {
                         adopt(shared, &mut w, &poll, &mut conns, moved, ending);
                     }
-                    // Another worker at the cap asked for room.
-                    for _ in 0..shared.room.take_asked(index) {
-                        if !evict_idle(shared, &mut w, &mut conns) {
-                            break;
-                        }
-                    }
-                    shared.room.publish(index, w.idle);
                 }
                 Token(t) if t > LISTENER_BASE - listeners.len() && ending == Ending::Running => {
                     backlog[LISTENER_BASE - t] = true;
@@ -163,7 +154,8 @@ pub fn run(
                 w.note_open(conns.len());
             }
         }
-        shared.room.publish(index, w.idle);
+        // Room another worker at the cap asked for (it rang the waker).
+        front::give_room(shared, &mut w, index, poll.registry(), &mut conns);
         if w.reaper.has_pending() {
             w.reaper.tick(w.now, &shared.server.cgi_running);
         }
@@ -228,17 +220,11 @@ fn settle(
     if status == Status::Closed {
         return close(shared, w, conns, key);
     }
-    if ending != Ending::Reload || !conns[key].between_requests() {
-        return;
+    if front::leaves(shared, &conns[key], ending) {
+        // Out of this worker's set before another worker can register it.
+        let conn = front::take(poll.registry(), conns, key);
+        front::hand_over(shared, w, conn);
     }
-    let Some(successor) = shared.successor.get() else { return };
-    let fd = conns[key].fd();
-    // Out of this worker's set before another worker can register it.
-    let _ = poll.registry().deregister(&mut SourceFd(&fd));
-    let conn = conns.remove(key);
-    front::forget(shared, w, conn.peer());
-    // A successor that has ended already: the connection just closes.
-    let _ = successor.send(conn.into_moved(w));
 }
 
 /// Takes a connection handed over by a replaced server.
@@ -309,7 +295,7 @@ fn accept(
             }
         };
         let Some(stream) =
-            front::admit(shared, w, stream, peer, |w| evict_idle(shared, w, conns) || shared.room.ask(index))
+            front::admit(shared, w, stream, peer, |w| front::make_room(shared, w, index, poll.registry(), conns))
         else {
             continue;
         };
@@ -322,19 +308,6 @@ fn accept(
         entry.insert(conn);
         w.stats.active.add(1);
     }
-    true
-}
-
-/// At the connection cap: closes this worker's longest-idle keep-alive
-/// connection to make room (as Apache's event MPM does), so idle clients
-/// cannot keep new ones out. Returns whether there was one.
-fn evict_idle(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>) -> bool {
-    let oldest = conns.iter().filter_map(|(k, c)| c.idle_since().map(|t| (t, k))).min();
-    let Some((_, key)) = oldest else { return false };
-    w.stats.evicted.incr();
-    // Uncounted as it closes: the new connection, counted already, takes
-    // its place.
-    close(shared, w, conns, key);
     true
 }
 

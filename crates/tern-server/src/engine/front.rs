@@ -1,8 +1,10 @@
 //! What every engine's threads share: starting them (named, signals
 //! blocked, pinned to `server.cpus`), admitting an accepted connection
-//! under the server's limits or refusing it with `503`, keeping the
-//! connection counts, and running connection code so a panic closes only
-//! its connection.
+//! under the server's limits or refusing it with `503`, making room at the
+//! cap (a front's own longest-idle connection, else another front's
+//! through `room.rs`), handing a connection to the server replacing this
+//! one, keeping the connection counts, and running connection code so a
+//! panic closes only its connection.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -13,12 +15,15 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use mio::{Interest, Poll, Token, Waker};
+use mio::unix::SourceFd;
+use mio::{Interest, Poll, Registry, Token, Waker};
+use slab::Slab;
 
 use crate::config::Level;
 use crate::conn::{Conn, Status};
 use crate::error_log::log;
 use crate::handover::Moved;
+use crate::metrics::Ending;
 use crate::shared::Shared;
 use crate::sys;
 use crate::worker::Worker;
@@ -54,6 +59,7 @@ pub fn reactor(listeners: Vec<TcpListener>) -> io::Result<(Poll, Arc<Waker>, Vec
 /// Starts `count` front threads, each once the one before it has reported
 /// ready: `make(index)` gives thread `index` its work, which it runs with
 /// its inbox, sending its waker (or why it could not start) on `ready`.
+/// The waker is also how another front asks it for room ([`give_room`]).
 pub fn fronts<F>(shared: &Shared, count: usize, name: &str, mut make: impl FnMut(usize) -> F) -> io::Result<Started>
 where
     F: FnOnce(Receiver<Moved>, Sender<io::Result<Arc<Waker>>>) + Send + 'static,
@@ -65,7 +71,11 @@ where
         let (queue, inbox) = std::sync::mpsc::channel();
         started.threads.push(spawn(shared, format!("{name}-{index}"), None, move || run(inbox, waker_tx))?);
         match waker_rx.recv() {
-            Ok(Ok(waker)) => started.doors.push((queue, waker)),
+            Ok(Ok(waker)) => {
+                let ring = waker.clone();
+                shared.room.lend_wake(index, Box::new(move || _ = ring.wake()));
+                started.doors.push((queue, waker));
+            }
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err(io::Error::other("a worker failed to start")),
         }
@@ -168,6 +178,69 @@ pub fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr, why: Refusal)
         Refusal::Cap => log!(Level::Warn, "{peer}: refused, server.max_connections reached"),
         Refusal::PerIp => log!(Level::Warn, "{peer}: refused, limits.max_connections_per_ip reached"),
         Refusal::Threads => log!(Level::Warn, "{peer}: refused, server.max_threads reached"),
+    }
+}
+
+/// At the connection cap: closes the longest-idle keep-alive connection
+/// a front holds in `conns` (as Apache's event MPM does), so idle clients
+/// cannot keep new ones out. Returns whether there was one.
+pub fn evict_idle(shared: &Shared, w: &mut Worker<'_>, registry: &Registry, conns: &mut Slab<Conn>) -> bool {
+    let oldest = conns.iter().filter_map(|(k, c)| c.idle_since().map(|t| (t, k))).min();
+    let Some((_, key)) = oldest else { return false };
+    w.stats.evicted.incr();
+    let mut conn = take(registry, conns, key);
+    // Uncounted before the socket closes: the new connection, counted
+    // already, takes its place.
+    forget(shared, w, conn.peer());
+    conn.recycle(w);
+    true
+}
+
+/// Room at the cap for front `index`: its own longest-idle connection,
+/// else one another front is asked to close (`room.rs`; the new client is
+/// admitted at once).
+pub fn make_room(
+    shared: &Shared,
+    w: &mut Worker<'_>,
+    index: usize,
+    registry: &Registry,
+    conns: &mut Slab<Conn>,
+) -> bool {
+    evict_idle(shared, w, registry, conns) || shared.room.ask(index)
+}
+
+/// Once per loop turn of front `index`: closes the idle connections other
+/// fronts asked it for, then publishes how many it holds idle.
+pub fn give_room(shared: &Shared, w: &mut Worker<'_>, index: usize, registry: &Registry, conns: &mut Slab<Conn>) {
+    for _ in 0..shared.room.take_asked(index) {
+        if !evict_idle(shared, w, registry, conns) {
+            break;
+        }
+    }
+    shared.room.publish(index, w.idle);
+}
+
+/// Takes connection `key` out of a front's slab and its epoll set.
+pub fn take(registry: &Registry, conns: &mut Slab<Conn>, key: usize) -> Conn {
+    let conn = conns.remove(key);
+    let _ = registry.deregister(&mut SourceFd(&conn.fd()));
+    conn
+}
+
+/// Whether `conn` goes to the server replacing this one: this one is
+/// being replaced (`ending`) and no request is in flight on it.
+pub fn leaves(shared: &Shared, conn: &Conn, ending: Ending) -> bool {
+    ending == Ending::Reload && conn.between_requests() && shared.successor.get().is_some()
+}
+
+/// Hands a connection that [`leaves`] (watched by nobody any more) to the
+/// successor, its socket and the bytes read and not answered; a successor
+/// that has ended already lets it close.
+pub fn hand_over(shared: &Shared, w: &mut Worker<'_>, conn: Conn) {
+    forget(shared, w, conn.peer());
+    let moved = conn.into_moved(w);
+    if let Some(successor) = shared.successor.get() {
+        let _ = successor.send(moved);
     }
 }
 

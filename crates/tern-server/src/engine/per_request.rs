@@ -226,13 +226,11 @@ fn connection<'s>(threads: &'s Threads<'s>, arrival: Arrival) {
     if let (Some(key), Ok(mut list)) = (listed, threads.idle.lock()) {
         list.remove(key);
     }
-    front::forget(shared, &w, conn.peer());
-    match (left, shared.successor.get()) {
-        (Left::Handover, Some(successor)) => {
-            // A successor that has ended already: the connection just closes.
-            let _ = successor.send(conn.into_moved(&mut w));
-        }
-        _ => conn.recycle(&mut w),
+    if left == Left::Handover {
+        front::hand_over(shared, &mut w, conn);
+    } else {
+        front::forget(shared, &w, conn.peer());
+        conn.recycle(&mut w);
     }
     // A program's group is killed and reaped before the thread ends.
     while w.reaper.has_pending() {

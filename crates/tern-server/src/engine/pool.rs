@@ -10,7 +10,10 @@
 //! A front keeps the count of its connections (parked or out in the
 //! pool): a pool thread tells it when one it took closed. The server-wide
 //! counts are given back by the pool thread before the socket closes, as
-//! the event engine does.
+//! the event engine does. A front's worker counts the idle connections it
+//! has parked (a connection leaves one thread's count and joins the
+//! next's as it moves), which it publishes for room at the cap across
+//! fronts, as an event worker does.
 
 use std::io;
 use std::net::TcpListener;
@@ -177,6 +180,7 @@ fn run_front(
             match back {
                 Back::Parked(conn) => {
                     f.out -= 1;
+                    conn.arrive(&mut f.w);
                     f.park(conn);
                 }
                 Back::Closed => {
@@ -190,6 +194,8 @@ fn run_front(
                 *more = f.accept(&listeners[i]);
             }
         }
+        // Room another front at the cap asked for (it rang the waker).
+        front::give_room(shared, &mut f.w, index, f.poll.registry(), &mut f.parked);
         let now_ending = shared.server.ending();
         if now_ending != f.ending {
             if f.ending == Ending::Running {
@@ -270,9 +276,10 @@ impl Front<'_, '_> {
                     return false;
                 }
             };
-            let (shared, parked, poll) = (self.shared, &mut self.parked, &self.poll);
-            let Some(stream) = front::admit(shared, &mut self.w, stream, peer, |w| evict_idle(shared, w, parked, poll))
-            else {
+            let (shared, index, parked, registry) = (self.shared, self.index, &mut self.parked, self.poll.registry());
+            let Some(stream) = front::admit(shared, &mut self.w, stream, peer, |w| {
+                front::make_room(shared, w, index, registry, parked)
+            }) else {
                 continue;
             };
             self.w.stats.active.add(1);
@@ -297,12 +304,8 @@ impl Front<'_, '_> {
         if self.ending == Ending::Stop {
             conn.begin_stop(&mut self.w);
         }
-        if self.ending == Ending::Reload && conn.between_requests() {
-            if let Some(successor) = self.shared.successor.get() {
-                front::forget(self.shared, &self.w, conn.peer());
-                let _ = successor.send(conn.into_moved(&mut self.w));
-                return;
-            }
+        if front::leaves(self.shared, &conn, self.ending) {
+            return front::hand_over(self.shared, &mut self.w, conn);
         }
         let entry = self.parked.vacant_entry();
         let fd = conn.fd();
@@ -333,16 +336,18 @@ impl Front<'_, '_> {
 
     /// Takes a parked connection out of the epoll set.
     fn take(&mut self, key: usize) -> Conn {
-        let conn = self.parked.remove(key);
-        let _ = self.poll.registry().deregister(&mut SourceFd(&conn.fd()));
-        conn
+        front::take(self.poll.registry(), &mut self.parked, key)
     }
 
     fn dispatch(&mut self, conn: Conn, ready: Ready) {
+        conn.depart(&mut self.w);
         let work = Work { conn, front: self.index, ready };
         match self.queue.send(work) {
             Ok(()) => self.out += 1,
-            Err(back) => self.close(back.0.conn),
+            Err(back) => {
+                back.0.conn.arrive(&mut self.w);
+                self.close(back.0.conn);
+            }
         }
     }
 
@@ -350,20 +355,6 @@ impl Front<'_, '_> {
         front::forget(self.shared, &self.w, conn.peer());
         conn.recycle(&mut self.w);
     }
-}
-
-/// At the connection cap: closes the front's longest-idle parked
-/// connection to make room, as the event engine does. Returns whether
-/// there was one.
-fn evict_idle(shared: &Shared, w: &mut Worker<'_>, parked: &mut Slab<Conn>, poll: &Poll) -> bool {
-    let oldest = parked.iter().filter_map(|(k, c)| c.idle_since().map(|t| (t, k))).min();
-    let Some((_, key)) = oldest else { return false };
-    w.stats.evicted.incr();
-    let mut conn = parked.remove(key);
-    let _ = poll.registry().deregister(&mut SourceFd(&conn.fd()));
-    front::forget(shared, w, conn.peer());
-    conn.recycle(w);
-    true
 }
 
 /// A pool thread: serves connections from the queue while they have work.
@@ -382,6 +373,7 @@ fn run_thread(
         w.tick_clock();
         match taken {
             Ok(Work { mut conn, front, ready: r }) => {
+                conn.arrive(&mut w);
                 w.note_open(shared.server.connections.load(Ordering::Relaxed));
                 w.stats.in_flight.set(1);
                 let status = front::guarded(&mut w, &mut conn, |c, w| {
@@ -389,7 +381,10 @@ fn run_thread(
                 });
                 w.stats.in_flight.set(0);
                 let back = match blocking::serve(shared, &mut w, &mut conn, status, None, true, None) {
-                    Left::Parked | Left::Handover => Back::Parked(conn),
+                    Left::Parked | Left::Handover => {
+                        conn.depart(&mut w);
+                        Back::Parked(conn)
+                    }
                     Left::Closed => {
                         // Uncounted before the socket closes: a client that
                         // sees the close may connect again at once.
@@ -401,6 +396,7 @@ fn run_thread(
                 let (to, waker) = &backs[front];
                 if let Err(channel::SendError(Back::Parked(mut conn))) = to.send(back) {
                     // The front has ended (its drain deadline passed).
+                    conn.arrive(&mut w);
                     front::uncount(shared, &w, conn.peer());
                     conn.recycle(&mut w);
                 }
