@@ -238,6 +238,14 @@ impl Server {
         // server.user before any thread of this server starts, then check
         // that the root is still readable by who the server now is.
         drop_privileges(&prepared.config)?;
+        // Every thread this server starts (compression, I/O pool, engine,
+        // calibration) runs on `server.cpus`: a thread starts with the set
+        // of the one that starts it. The caller's own set comes back at the
+        // end of the start.
+        let cpus = &prepared.config.server.cpus;
+        let _pinned = sys::Pinned::new(cpus).map_err(|e| {
+            StartError::Config(format!("{}: cannot run on CPUs {cpus:?}: {e}", prepared.config.at("server", "cpus")))
+        })?;
         let (mut site, io) = prepared.site()?;
         site.apps = apps;
         let io = Arc::new(io);
@@ -349,7 +357,9 @@ impl Server {
         end(&self.shared, &self.wakers, Ending::Reload, (!limit.is_zero()).then_some(limit));
         let shared = Arc::downgrade(&self.shared);
         let (strong, workers) = (self.shared, self.workers);
+        let pinned = sys::Pinned::new(&strong.config.server.cpus);
         let done = std::thread::spawn(move || finish(strong, workers));
+        drop(pinned);
         Retiring { shared, wakers: self.wakers, done }
     }
 }

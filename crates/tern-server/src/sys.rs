@@ -9,13 +9,33 @@ pub fn usable_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Pins the calling thread (and the threads it starts) to `cpus`.
-pub fn pin(cpus: &[usize]) -> io::Result<()> {
-    let mut set = rustix::thread::CpuSet::new();
-    for &cpu in cpus {
-        set.set(cpu);
+/// The calling thread pinned to a set of CPUs until this is dropped, when
+/// it runs where it did before. A thread starts with the set of the thread
+/// that starts it, so what a pinned thread starts runs on the set too.
+pub struct Pinned(Option<rustix::thread::CpuSet>);
+
+impl Pinned {
+    /// Pins the calling thread to `cpus`; none: it is left as it is.
+    pub fn new(cpus: &[usize]) -> io::Result<Pinned> {
+        if cpus.is_empty() {
+            return Ok(Pinned(None));
+        }
+        let before = rustix::thread::sched_getaffinity(None)?;
+        let mut set = rustix::thread::CpuSet::new();
+        for &cpu in cpus {
+            set.set(cpu);
+        }
+        rustix::thread::sched_setaffinity(None, &set)?;
+        Ok(Pinned(Some(before)))
     }
-    Ok(rustix::thread::sched_setaffinity(None, &set)?)
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(before) = &self.0 {
+            let _ = rustix::thread::sched_setaffinity(None, before);
+        }
+    }
 }
 
 /// The first of `cpus` this process may not run on (its affinity mask).

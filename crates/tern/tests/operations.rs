@@ -1,6 +1,6 @@
 //! Operating the server: the access log, graceful shutdown, the status page
 //! and metrics, configuration errors, worker count from the CPU affinity,
-//! listen addresses.
+//! pinning to `--cpus`, listen addresses.
 
 mod common;
 
@@ -213,6 +213,68 @@ fn default_workers_follow_cpu_affinity() {
     let tern = Tern::start_with(cmd, &site.root, "sendfile", "", &["--workers", "0"]);
     let s: serde_json::Value = serde_json::from_slice(&get(tern.addr, "/_tern/status", "").body).unwrap();
     assert_eq!(s["workers"], 1, "one usable CPU, one worker");
+}
+
+/// The CPUs in a `Cpus_allowed_list` value ("0-1,4").
+fn cpu_list(list: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(first.parse::<usize>().unwrap()..=last.parse::<usize>().unwrap());
+    }
+    cpus
+}
+
+/// A field of a `/proc/.../status` file.
+fn status_field<'s>(status: &'s str, name: &str) -> Option<&'s str> {
+    status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim)
+}
+
+/// `--cpus` pins every thread of the server process: the main thread, the
+/// engine's threads (workers, fronts and pool threads, an acceptor and a
+/// connection's thread), the compression workers.
+#[test]
+fn cpus_pins_every_thread_of_the_server() {
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let allowed = cpu_list(status_field(&own, "Cpus_allowed_list").unwrap());
+    if allowed.len() < 2 {
+        eprintln!("skipped: this host lets the test run on one CPU only ({allowed:?}), so pinning changes nothing");
+        return;
+    }
+    let cpu = allowed[0].to_string();
+    let site = common::site();
+    // A fixed I/O method: no start-up calibration, whose reader threads
+    // stand for clients and may run anywhere.
+    let tern = Tern::start(&site.root, "sendfile", "", &["--cpus", &cpu]);
+    // A connection kept open after a request: served, and (per-request)
+    // its thread alive while the threads are read.
+    let mut conn = TcpStream::connect(tern.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(common::INDEX.as_bytes()) {
+        let mut buf = [0u8; 4096];
+        let n = conn.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let mut threads = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", tern.pid())).unwrap() {
+        // A thread that ended meanwhile has no status to read.
+        let Ok(status) = std::fs::read_to_string(task.unwrap().path().join("status")) else { continue };
+        let name = status_field(&status, "Name").unwrap().to_string();
+        threads.push((name, status_field(&status, "Cpus_allowed_list").unwrap().to_string()));
+    }
+    let unpinned: Vec<_> = threads.iter().filter(|(_, cpus)| *cpus != cpu).collect();
+    assert!(unpinned.is_empty(), "threads not on CPU {cpu} alone: {unpinned:?} (all: {threads:?})");
+    let serving = match common::model().as_deref() {
+        Some("pool") => "tern-pool-0",
+        Some("per-request") => "tern-conn",
+        _ => "tern-worker-0",
+    };
+    for name in ["tern", serving, "tern-compress-0"] {
+        assert!(threads.iter().any(|(n, _)| n == name), "no thread {name} among {threads:?}");
+    }
 }
 
 /// `--listen localhost:0` binds both loopback families on one port, and

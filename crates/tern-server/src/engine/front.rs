@@ -1,5 +1,6 @@
 //! What every engine's threads share: starting them (named, signals
-//! blocked, pinned to `server.cpus`), admitting an accepted connection
+//! blocked; they run on `server.cpus` as the thread that starts the
+//! server does while it starts them, see `server.rs`), admitting an accepted connection
 //! under the server's limits or refusing it with `503`, making room at the
 //! cap (a front's own longest-idle connection, else another front's
 //! through `room.rs`), handing a connection to the server replacing this
@@ -69,7 +70,7 @@ where
         let run = make(index);
         let (waker_tx, waker_rx) = std::sync::mpsc::channel();
         let (queue, inbox) = std::sync::mpsc::channel();
-        started.threads.push(spawn(shared, format!("{name}-{index}"), None, move || run(inbox, waker_tx))?);
+        started.threads.push(spawn(format!("{name}-{index}"), None, move || run(inbox, waker_tx))?);
         match waker_rx.recv() {
             Ok(Ok(waker)) => {
                 let ring = waker.clone();
@@ -83,33 +84,22 @@ where
     Ok(started)
 }
 
-/// Starts a server thread: the shutdown signals blocked (they reach the
-/// thread that waits for them), pinned to `server.cpus` when set.
-pub fn spawn(
-    shared: &Shared,
-    name: String,
-    stack: Option<usize>,
-    f: impl FnOnce() + Send + 'static,
-) -> io::Result<JoinHandle<()>> {
-    let cpus = shared.config.server.cpus.clone();
+/// Starts a server thread with the shutdown signals blocked (they reach
+/// the thread that waits for them).
+pub fn spawn(name: String, stack: Option<usize>, f: impl FnOnce() + Send + 'static) -> io::Result<JoinHandle<()>> {
     let mut builder = std::thread::Builder::new().name(name);
     if let Some(bytes) = stack {
         builder = builder.stack_size(bytes);
     }
     builder.spawn(move || {
-        enter(&cpus);
+        enter();
         f()
     })
 }
 
 /// What every server thread does first.
-pub fn enter(cpus: &[usize]) {
+pub fn enter() {
     sys::block_signals(&[libc::SIGTERM, libc::SIGINT, libc::SIGHUP]);
-    if !cpus.is_empty() {
-        if let Err(e) = sys::pin(cpus) {
-            log!(Level::Error, "cannot pin a thread to server.cpus {cpus:?}: {e}");
-        }
-    }
 }
 
 /// Takes the next connection off `listener` (`None`: none waiting), as a

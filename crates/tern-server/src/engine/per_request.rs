@@ -171,10 +171,9 @@ fn start<'scope, 's>(scope: &'scope Scope<'scope, 's>, threads: &'s Threads<'s>,
         Arrival::Moved(m) => m.peer,
     };
     threads.live.fetch_add(1, Ordering::AcqRel);
-    let cpus = &w.config.server.cpus;
     let spawned =
         std::thread::Builder::new().name("tern-conn".into()).stack_size(STACK).spawn_scoped(scope, move || {
-            front::enter(cpus);
+            front::enter();
             connection(threads, arrival);
             threads.live.fetch_sub(1, Ordering::AcqRel);
         });

@@ -94,9 +94,8 @@ pub fn start(shared: &Arc<Shared>, per_worker: Vec<Vec<TcpListener>>) -> io::Res
         Arc::new(backs.into_iter().zip(started.doors.iter().map(|(_, waker)| waker.clone())).collect());
     for i in 0..shared.config.server.threads {
         let (shared2, work, backs) = (shared.clone(), work.clone(), backs.clone());
-        let thread = front::spawn(shared, format!("tern-pool-{i}"), None, move || {
-            run_thread(&shared2, fronts + i, &work, &backs)
-        })?;
+        let thread =
+            front::spawn(format!("tern-pool-{i}"), None, move || run_thread(&shared2, fronts + i, &work, &backs))?;
         started.threads.push(thread);
     }
     Ok(started)

@@ -7,7 +7,7 @@ use anyhow::Context;
 use tern_server::config::{IoChoice, Listen, Model};
 use tern_server::server::{Retiring, Signal};
 use tern_server::tls::Role;
-use tern_server::{Config, Server};
+use tern_server::{sys, Config, Server};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -122,6 +122,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut server = Server::start(config).context("cannot start")?;
+    // The whole process runs where its server does: this thread too (from
+    // before it says it listens), and what it starts.
+    let mut placed = place(&server);
     let c = server.config();
     for (addr, role) in server.local_addrs() {
         let scheme = role.scheme();
@@ -139,7 +142,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut retiring: Vec<Retiring> = Vec::new();
     while server.wait_for_signal() == Signal::Reload {
         retiring.retain(|r| !r.finished());
+        // Back where it started, so a server without `server.cpus` runs there.
+        drop(placed);
         server = reload(&args, server, &mut retiring);
+        placed = place(&server);
         report_static_io(&server);
     }
     for r in &retiring {
@@ -192,6 +198,13 @@ fn reload(args: &Args, running: Server, retiring: &mut Vec<Retiring>) -> Server 
             running
         }
     }
+}
+
+/// Pins this thread to the running server's `server.cpus` (none set: it
+/// stays where it is) until the returned guard is dropped.
+fn place(server: &Server) -> Option<sys::Pinned> {
+    let cpus = &server.config().server.cpus;
+    sys::Pinned::new(cpus).map_err(|e| eprintln!("tern: cannot run on server.cpus {cpus:?}: {e}")).ok()
 }
 
 /// Prints which I/O method sends which file size, once it is decided (a
