@@ -90,8 +90,8 @@ pub fn run(bounds: &[u64], budget: Duration, read_chunk: usize, unsent: u64) -> 
     Ok(choices)
 }
 
-/// The file size a class is measured with.
-fn representative(bounds: &[u64], class: usize) -> u64 {
+/// The file size a class is measured with (`tern tune` uses it too).
+pub fn representative(bounds: &[u64], class: usize) -> u64 {
     match bounds.get(class) {
         Some(&b) => b,
         None => bounds.last().map_or(1 << 20, |&lo| (lo * 4).max(1 << 20)),

@@ -320,6 +320,11 @@ pub struct StaticFiles {
     /// instead of measuring at start-up. Relative to the config file's
     /// directory. Default: none.
     pub io_profile: Option<PathBuf>,
+    /// The method per size class, smallest first, as `tern tune` writes
+    /// them: with `io = "auto"` they are used instead of measuring at
+    /// start-up (one entry per class: one more than `io_classes`; not with
+    /// `io_profile`). Default `[]`: measure.
+    pub io_methods: Vec<IoMethod>,
     /// Buffer size of the `read` method. Default `"64KiB"`.
     pub read_chunk: Bytes,
     /// Entries in each worker's open-file table. Default 1024.
@@ -366,6 +371,7 @@ impl Default for StaticFiles {
             io: IoChoice::Auto,
             io_classes: vec![Bytes(16 * 1024), Bytes(256 * 1024)],
             io_profile: None,
+            io_methods: Vec::new(),
             read_chunk: Bytes(64 * 1024),
             open_file_cache: 1024,
             io_threads: 0,
@@ -1179,6 +1185,19 @@ impl Config {
                 "must be at most 7 sizes above 0, strictly ascending",
             ),
             (
+                !self.static_files.io_methods.is_empty()
+                    && self.static_files.io_methods.len() != self.static_files.io_classes.len() + 1,
+                "static",
+                "io_methods",
+                "needs one method per size class: one more than static.io_classes has sizes",
+            ),
+            (
+                !self.static_files.io_methods.is_empty() && self.static_files.io_profile.is_some(),
+                "static",
+                "io_methods",
+                "cannot be combined with static.io_profile (both say which method sends each class)",
+            ),
+            (
                 self.limits.max_headers == 0 || self.limits.max_headers > tern_http::request::MAX_HEADERS,
                 "limits",
                 "max_headers",
@@ -1320,6 +1339,29 @@ mod tests {
         }
         let e = parse("[static]\nio_classes = [\"lots\"]\n").unwrap_err();
         assert!(e.contains("line 2") && e.contains("io_classes"), "{e}");
+    }
+
+    #[test]
+    fn io_methods_one_per_class() {
+        let c = parse("[static]\nio_methods = [\"mmap\", \"read\", \"sendfile\"]\n").unwrap();
+        assert_eq!(c.static_files.io_methods, [IoMethod::Mmap, IoMethod::Read, IoMethod::Sendfile]);
+        assert!(parse("").unwrap().static_files.io_methods.is_empty());
+        for (text, wanted) in [
+            ("[static]\n\nio_methods = [\"mmap\"]\n", "line 3: static.io_methods: needs one method per size class"),
+            (
+                "[static]\nio_classes = [\"1MiB\"]\nio_methods = [\"mmap\", \"mmap\", \"read\"]\n",
+                "line 3: static.io_methods: needs one method per size class",
+            ),
+            (
+                "[static]\nio_profile = \"io.toml\"\nio_methods = [\"mmap\", \"mmap\", \"read\"]\n",
+                "line 3: static.io_methods: cannot be combined with static.io_profile",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(wanted), "{text:?}: {e}");
+        }
+        let e = parse("[static]\nio_methods = [\"mmap\", \"splice\", \"read\"]\n").unwrap_err();
+        assert!(e.contains("line 2") && e.contains("splice"), "{e}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Which I/O method sends a static file's body. `static.io` may fix one;
 //! `"auto"` (the default) chooses per file-size class, because the best
-//! method differs from one size and one host to the next: from a profile
-//! written by `tern tune --io` when `static.io_profile` names one, else
-//! from a calibration over loopback (`calibrate.rs`) that runs in the
+//! method differs from one size and one host to the next: from
+//! `static.io_methods` (as `tern tune` writes them) or a profile written by
+//! `tern tune --io` when `static.io_profile` names one, else from a
+//! calibration over loopback (`calibrate.rs`) that runs in the
 //! background at start-up. Until it ends, the safe choices serve.
 //!
 //! Classes up to [`SMALL`] are never measured: their head and body leave in
@@ -42,7 +43,8 @@ pub fn index(m: IoMethod) -> usize {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassChoice {
     pub method: IoMethod,
-    /// `"rule"`, `"measured"`, `"profile"`, `"safe default"` or `"fixed"`.
+    /// `"rule"`, `"measured"`, `"profile"`, `"configured"`, `"safe default"`
+    /// or `"fixed"`.
     pub basis: &'static str,
     /// Responses per second over loopback per method ([`METHODS`] order),
     /// when measured.
@@ -52,8 +54,8 @@ pub struct ClassChoice {
 /// Where the current choices come from.
 #[derive(Clone, Debug)]
 pub struct Report {
-    /// `"fixed"`, `"profile"`, `"calibrating"`, `"calibrated"` or
-    /// `"calibration failed"`.
+    /// `"fixed"`, `"configured"` (`static.io_methods`), `"profile"`,
+    /// `"calibrating"`, `"calibrated"` or `"calibration failed"`.
     pub source: &'static str,
     /// The profile's path, a failure's reason, or the calibration's time.
     pub detail: String,
@@ -71,13 +73,19 @@ pub struct StaticIo {
 
 impl StaticIo {
     /// The choices the configuration allows before any measurement: the
-    /// fixed method, a profile's (read now), or the safe ones.
+    /// fixed method, the configured ones, a profile's (read now), or the
+    /// safe ones.
     pub fn new(st: &StaticFiles) -> Result<StaticIo, String> {
         let bounds: Vec<u64> = st.io_classes.iter().map(|b| b.0).collect();
         let (source, detail, classes) = match (st.io, &st.io_profile) {
             (IoChoice::Fixed(m), _) => {
                 ("fixed", String::new(), vec![ClassChoice { method: m, basis: "fixed", rates: None }; bounds.len() + 1])
             }
+            (IoChoice::Auto, _) if !st.io_methods.is_empty() => (
+                "configured",
+                String::new(),
+                st.io_methods.iter().map(|&method| ClassChoice { method, basis: "configured", rates: None }).collect(),
+            ),
             (IoChoice::Auto, Some(path)) => ("profile", path.display().to_string(), Profile::load(path, &bounds)?),
             (IoChoice::Auto, None) => ("calibrating", String::new(), safe_choices(&bounds)),
         };

@@ -19,8 +19,9 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Write the manual pages (roff) into a directory.
     Man(cmd::man::Args),
-    /// Measure this host and choose settings (so far: `--io`, the static
-    /// I/O method per file-size class), writing them with the evidence.
+    /// Measure this host and write a configuration of the settings that
+    /// win here (I/O methods, buffers, model and threads, compression),
+    /// each with its evidence.
     Tune(cmd::tune::Args),
     /// Measure what the operating system costs: syscalls, processes, disk,
     /// IPC, network, RPC, file I/O methods.

@@ -1,5 +1,6 @@
 //! `static.io = "auto"`: a profile forces the method per size class (seen
 //! in the per-method body counters of /metrics and in /_tern/status), the
+//! methods configured per class (`static.io_methods`) are used, the
 //! start-up calibration finishes and is reported, `tern tune --io` writes a
 //! profile the server accepts, and bodies are byte-exact on both sides of
 //! every class boundary.
@@ -84,6 +85,25 @@ fn a_profile_forces_the_method_of_each_size_class() {
         assert_eq!(r.status, 206, "{name}");
         assert!(r.body == body[100..900], "{name}: range body differs");
     }
+}
+
+#[test]
+fn configured_io_methods_choose_the_method_of_each_size_class() {
+    let (root, files) = root_with(&[1000, 2048, 2049, 65536, 65537, 300_000]);
+    let config = "[static]\nio_classes = [\"2KiB\", 65536]\nio_methods = [\"sendfile\", \"read\", \"mmap\"]\n";
+    let tern = Tern::start(root.path(), "auto", config, &[]);
+    fetch_all(&tern, &files);
+    assert_eq!(
+        (bodies_by(&tern, "read"), bodies_by(&tern, "sendfile"), bodies_by(&tern, "mmap")),
+        (2, 2, 2),
+        "bodies per method"
+    );
+    let io = status(&tern)["io"].clone();
+    assert_eq!((io["mode"].as_str(), io["source"].as_str()), (Some("auto"), Some("configured")), "{io}");
+    let classes = io["classes"].as_array().unwrap();
+    let methods: Vec<&str> = classes.iter().map(|c| c["method"].as_str().unwrap()).collect();
+    assert_eq!(methods, ["sendfile", "read", "mmap"]);
+    assert!(classes.iter().all(|c| c["basis"] == "configured"), "{io}");
 }
 
 #[test]

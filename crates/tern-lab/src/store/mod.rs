@@ -98,7 +98,7 @@ pub struct Snapshot {
 /// Everything stored about one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunData {
-    /// `bench`, `probe`, `e1` … `e5`.
+    /// `bench`, `probe`, `e1` … `e5`, `tune`.
     pub kind: String,
     pub status: Status,
     pub environment: Environment,

@@ -31,15 +31,16 @@ use super::lab::Recording;
 
 pub const NAMES: [&str; 5] = ["e1", "e2", "e3", "e4", "e5"];
 
-/// A `tern serve` child on an ephemeral loopback port, stopped on drop.
-struct Served {
+/// A `tern serve` child on an ephemeral loopback port, stopped on drop
+/// (`tern tune` starts its candidates with it too).
+pub(super) struct Served {
     child: Child,
-    addr: String,
+    pub(super) addr: String,
 }
 
 impl Served {
     /// `tern serve ROOT` with `config` and the command-line `args`.
-    fn start(root: &Path, config: &str, args: &[&str]) -> anyhow::Result<Served> {
+    pub(super) fn start(root: &Path, config: &str, args: &[&str]) -> anyhow::Result<Served> {
         let file = root.with_extension("toml");
         std::fs::write(&file, config).with_context(|| format!("cannot write {}", file.display()))?;
         let mut child = Command::new(std::env::current_exe()?)
@@ -252,7 +253,7 @@ fn e1(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
 
 /// An HTML page of exactly `size` bytes, varied enough that it compresses
 /// like a real one rather than like a repeated line.
-fn page(size: usize) -> Vec<u8> {
+pub(super) fn page(size: usize) -> Vec<u8> {
     let words = ["server", "request", "latency", "buffer", "kernel", "socket", "tern", "static", "file", "chunk"];
     let mut out = String::from("<!DOCTYPE html><html><head><title>page</title></head><body>\n");
     let mut i = 0usize;

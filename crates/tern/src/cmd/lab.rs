@@ -86,7 +86,7 @@ pub struct Args {
 pub enum LabCommand {
     /// List the stored runs, newest first.
     List {
-        /// Only runs of this kind (bench, probe, e1 … e5).
+        /// Only runs of this kind (bench, probe, e1 … e5, tune).
         #[arg(long)]
         kind: Option<String>,
         /// Only runs on this host (its id, as `tern lab hosts` shows).

@@ -1,8 +1,7 @@
-//! `tern tune`: measures this host and writes what it chose, with the
-//! evidence. So far one battery: `--io`, the static I/O method per
-//! file-size class, written as the profile `static.io_profile` reads.
+//! `tern tune --io`: only the static I/O method per file-size class, by
+//! the server's own calibration (in process, over loopback, for longer than
+//! at start-up), written as the profile `static.io_profile` reads.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -10,33 +9,9 @@ use anyhow::Context;
 use tern_server::config::Seconds;
 use tern_server::{calibrate, static_io, Config};
 
-#[derive(clap::Args)]
-#[command(after_help = "\
-EXAMPLES:
-    tern tune --io -o /etc/tern/io-profile.toml
-    tern tune --io --config /etc/tern/tern.toml --duration 10s
+use super::Args;
 
-Then set `static.io_profile = \"/etc/tern/io-profile.toml\"` (with `static.io`
-left at \"auto\"): the server uses the profile's methods instead of measuring
-at every start. The classes are those of `static.io_classes` in --config.")]
-pub struct Args {
-    /// Measure the static I/O methods (sendfile, mmap, read) per file-size
-    /// class and write a profile.
-    #[arg(long, required = true)]
-    pub io: bool,
-    /// Configuration whose `static.io_classes` and `static.read_chunk` are
-    /// measured (default: the defaults).
-    #[arg(short, long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Where to write the profile (default: standard output).
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// How long to measure, e.g. "3s", "500ms".
-    #[arg(long, value_name = "TIME", default_value = "3s")]
-    pub duration: String,
-}
-
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let config = match &args.config {
         Some(path) => Config::load(path)?,
         None => Config::default(),

@@ -1,0 +1,206 @@
+//! `tern tune`: measures this host and writes a configuration of what it
+//! chose, with the evidence beside each choice.
+//!
+//! The batteries (`batteries.rs`) run in order, each comparing candidate
+//! settings side by side in `tern serve` children (`battery.rs`), each
+//! stored in the lab's store as one run whose id the comments cite; later
+//! batteries measure with what earlier ones chose. The output
+//! (`output.rs`) is the base configuration with the chosen keys set, and
+//! `tern serve --config` reads it unchanged (it is parsed before it is
+//! written). `--io` alone is the older, narrower command (`profile.rs`).
+
+mod batteries;
+mod battery;
+mod output;
+mod profile;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use tern_lab::load;
+use tern_lab::probe::env::Environment;
+use tern_server::Config;
+
+use super::lab::Recording;
+use battery::Lab;
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+BATTERIES (in this order; each stored as a run of kind `tune`):
+    io        static.io_methods: sendfile, mmap or read per file-size class
+    chunk     static.read_chunk: the buffer of the `read` method
+    cgi       cgi.pipe_buffer: bytes read from a CGI program per read
+    model     server.model with server.workers (event) or server.threads (pool)
+    levels    compression.gzip_level, br_level, zstd_level (bytes saved per second)
+    adaptive  compression.adaptive, busy_accept_queue, busy_in_flight (a cold burst)
+
+EXAMPLES:
+    tern tune -o /etc/tern/tuned.toml                 a few minutes
+    tern tune --quick -o tuned.toml                   under a minute
+    tern tune --config /etc/tern/tern.toml -o tuned.toml --only model,levels
+    tern serve --check --config tuned.toml
+    tern tune --io -o /etc/tern/io-profile.toml       only the I/O profile (static.io_profile)
+
+A candidate replaces the default (the --config file's value, else tern's) only
+when its median is ahead by more than the noise; the comment above each
+written key says which it was, with the ratios and the store's run id.")]
+pub struct Args {
+    /// Only the static I/O method per size class, by the server's own
+    /// in-process calibration, written as a profile for
+    /// `static.io_profile` (not a configuration).
+    #[arg(long, conflicts_with_all = ["quick", "only", "sample"])]
+    pub io: bool,
+    /// The short battery (under a minute): 3 rounds of 250 ms samples and
+    /// fewer candidates, instead of 5 rounds of 1 s.
+    #[arg(long)]
+    pub quick: bool,
+    /// Run only these batteries (comma-separated; default: all).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = batteries::NAMES)]
+    pub only: Vec<String>,
+    /// The base configuration: its settings are kept, its values are the
+    /// defaults candidates must beat (default: tern's defaults).
+    #[arg(short, long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where to write the configuration (default: standard output).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// How long each sample measures, e.g. "2s", "100ms" (default 1s;
+    /// with --quick 250ms).
+    #[arg(long, value_name = "TIME")]
+    pub sample: Option<String>,
+    /// With --io: how long the calibration measures, e.g. "3s", "500ms".
+    #[arg(long, value_name = "TIME", default_value = "3s")]
+    pub duration: String,
+    #[command(flatten)]
+    pub recording: Recording,
+}
+
+/// Removes the batteries' files when the command ends, however it ends.
+struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.io {
+        return profile::run(&args);
+    }
+    let (config, base) = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let dir = std::fs::canonicalize(dir).with_context(|| format!("cannot resolve {}", dir.display()))?;
+            (Config::parse(&text, path)?, output::base(&text, &dir)?)
+        }
+        None => (Config::default(), toml::Table::new()),
+    };
+    let sample = match &args.sample {
+        Some(s) => load::parse_duration(s).map_err(anyhow::Error::msg)?,
+        None if args.quick => Duration::from_millis(250),
+        None => Duration::from_secs(1),
+    };
+    if sample < Duration::from_millis(20) {
+        bail!("--sample {}: at least 20ms", args.sample.as_deref().unwrap_or_default());
+    }
+    let work = WorkDir(std::env::temp_dir().join(format!("tern-tune-{}", std::process::id())));
+    let root = work.0.join("www");
+    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let interrupt = load::interrupt_on_ctrl_c()?;
+    let env = Environment::capture(tern_lab::probe::cpu::governor(0));
+    let mut lab = Lab {
+        base: base.clone(),
+        root: &root,
+        rounds: if args.quick { 3 } else { 5 },
+        sample,
+        warmup: sample / 2,
+        quick: args.quick,
+        recording: &args.recording,
+        interrupt: &interrupt,
+        tuned: Vec::new(),
+    };
+    let mut notes = Vec::new();
+    for name in batteries::NAMES.iter().filter(|n| args.only.is_empty() || args.only.iter().any(|o| o.as_str() == **n))
+    {
+        let b = match batteries::battery(name, &lab, &config)? {
+            Ok(b) => b,
+            Err(why) => {
+                eprintln!("tern tune: {why}");
+                notes.push(why);
+                continue;
+            }
+        };
+        eprintln!("tern tune: {name}: {} candidates, {} rounds", b.candidates.len(), lab.rounds);
+        let outcome = lab.run(&b)?;
+        if outcome.interrupted {
+            bail!("interrupted during `{name}` (stored as interrupted); no configuration written");
+        }
+        for f in outcome.failures.iter().take(3) {
+            eprintln!("tern tune: {name}: failed sample: {f}");
+        }
+        let chosen = batteries::decide(&b, &outcome, &lab);
+        for t in chosen.iter().filter(|t| t.value.is_some()) {
+            let last = t.comment.last().map_or("", String::as_str);
+            eprintln!("tern tune: {}.{} = {} ({last})", t.section, t.key, t.value.as_ref().expect("filtered"));
+        }
+        lab.tuned.extend(chosen);
+    }
+    let header = header(&args, &env, &lab, &notes);
+    let text = output::text(&base, &lab.tuned, &header)?;
+    // What is written must be what `tern serve --config` accepts.
+    let check_path = args.output.clone().unwrap_or_else(|| PathBuf::from("tuned.toml"));
+    Config::parse(&text, &check_path).context("the tuned configuration does not parse (a bug in tern tune)")?;
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
+            eprintln!("tern tune: configuration written to {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The lines at the top of the written file: how, where and when it was
+/// measured, and the machine's state.
+fn header(args: &Args, env: &Environment, lab: &Lab, notes: &[String]) -> Vec<String> {
+    let mut lines = vec![
+        format!(
+            "Written by `tern tune{}` (tern {}) on {} ({}, {} of {} CPUs usable),",
+            if args.quick { " --quick" } else { "" },
+            env!("CARGO_PKG_VERSION"),
+            env.hostname,
+            env.kernel,
+            env.cores_usable,
+            env.cores_online
+        ),
+        format!(
+            "at {}; load average at the start {:.2} {:.2} {:.2} (other work on the machine disturbs the figures).",
+            tern_lab::store::utc(tern_lab::store::now()),
+            env.load_average[0],
+            env.load_average[1],
+            env.load_average[2]
+        ),
+        format!(
+            "Base: {}. Each candidate is a `tern serve` on 127.0.0.1 loaded by tern's load generator; {} rounds,",
+            args.config.as_ref().map_or("tern's defaults".to_string(), |p| p.display().to_string()),
+            lab.rounds
+        ),
+        format!(
+            "each measuring every candidate for {} ms in turn (first round after a {} ms warm-up); a figure is the",
+            lab.sample.as_millis(),
+            lab.warmup.as_millis()
+        ),
+        "median of its rounds, and a candidate replaces the default only when ahead by more than the noise".into(),
+        "(the half-spread of the rounds, at least 3%). Ratios are to the default's median.".into(),
+        format!(
+            "The runs are in {} (`tern lab show ID`).",
+            super::lab::store_path(args.recording.store.as_deref()).display()
+        ),
+    ];
+    lines.extend(notes.iter().cloned());
+    lines
+}
