@@ -19,11 +19,12 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::config::IoMethod;
 use crate::open_files::OpenFile;
 use crate::sys;
-use crate::tls::Session;
+use crate::tls::{self, Session};
 
 enum Segment {
     /// `OutQueue::buf[start..end]`.
@@ -213,42 +214,83 @@ impl OutQueue {
         }
     }
 
-    /// Encrypts and writes as much as the socket takes.
-    pub fn flush_tls(&mut self, tls: &mut Session, sock: &std::net::TcpStream) -> io::Result<Flushed> {
-        tls.start_flush();
+    /// Encrypts and writes as much as the socket takes. Each round hands
+    /// the session what it encrypts whole ([`Session::room`]): in-memory
+    /// segments and the next piece of a file region, gathered, so a head
+    /// and its body share a record and records stay full across segments;
+    /// then one write of all the records.
+    pub fn flush_tls(&mut self, tls: &mut Session, sock: &std::net::TcpStream, now: Instant) -> io::Result<Flushed> {
+        tls.start_flush(sock, now);
         loop {
             if !tls.send_pending(sock)? {
                 return Ok(Flushed::Blocked);
             }
-            let Some(front) = self.segments.front() else {
+            if self.segments.is_empty() {
                 self.buf.clear();
                 self.committed = 0;
                 return Ok(Flushed::All);
-            };
-            let taken = match front {
-                Segment::Buf { start, end } => tls.write_plain(&self.buf[*start..*end]),
-                Segment::Shared { bytes, start, end } => tls.write_plain(&(**bytes).as_ref()[*start..*end]),
-                Segment::File { file, offset, len, .. } => {
-                    if self.chunk_pos == self.chunk.len() {
-                        self.read_chunk(file.clone(), *offset, *len)?;
+            }
+            let room = tls.room();
+            self.load_chunk(room)?;
+            let mut iov = [IoSlice::new(&[]); tls::MAX_BUFS];
+            let (mut count, mut total, mut before_file) = (0, 0, None);
+            for seg in self.segments.iter().take(tls::MAX_BUFS) {
+                let bytes: &[u8] = match seg {
+                    Segment::Buf { start, end } => &self.buf[*start..*end],
+                    Segment::Shared { bytes, start, end } => &(**bytes).as_ref()[*start..*end],
+                    Segment::File { .. } => {
+                        before_file = Some(total);
+                        &self.chunk[self.chunk_pos..]
                     }
-                    let n = tls.write_plain(&self.chunk[self.chunk_pos..]);
-                    self.chunk_pos += n;
-                    n
+                };
+                let piece = &bytes[..bytes.len().min(room - total)];
+                iov[count] = IoSlice::new(piece);
+                count += 1;
+                total += piece.len();
+                // One chunk buffer: nothing after the first file region.
+                if total == room || before_file.is_some() {
+                    break;
                 }
-            };
+            }
+            let taken = tls.write_plain(&iov[..count]);
             if taken == 0 {
                 // Nothing pending and nothing taken: the handshake is not
                 // done, so nothing may be sent yet.
                 return Err(io::Error::other("TLS session not ready for data"));
             }
+            if let Some(before) = before_file {
+                self.chunk_pos += taken.saturating_sub(before);
+            }
             self.advance(taken);
         }
     }
 
-    /// Reads the next chunk of a file region into the chunk buffer.
-    fn read_chunk(&mut self, file: Arc<OpenFile>, offset: u64, len: u64) -> io::Result<()> {
-        let want = len.min(self.chunk_size as u64) as usize;
+    /// Over TLS: reads the next piece of the first file region queued into
+    /// the chunk buffer, if it is used up and the region begins within
+    /// `room` bytes; the piece ends where `room` does.
+    fn load_chunk(&mut self, room: usize) -> io::Result<()> {
+        if self.chunk_pos < self.chunk.len() {
+            return Ok(());
+        }
+        let mut before = 0;
+        for seg in self.segments.iter().take(tls::MAX_BUFS) {
+            if before >= room {
+                return Ok(());
+            }
+            match seg {
+                Segment::Buf { start, end } | Segment::Shared { start, end, .. } => before += end - start,
+                Segment::File { file, offset, len, .. } => {
+                    let want = (*len).min((room - before) as u64) as usize;
+                    return self.read_chunk(file.clone(), *offset, want);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the `want` bytes at `offset` of a file region into the chunk
+    /// buffer.
+    fn read_chunk(&mut self, file: Arc<OpenFile>, offset: u64, want: usize) -> io::Result<()> {
         self.chunk.resize(want, 0);
         read_exact_at(file.file.as_fd(), &mut self.chunk, offset).map_err(|e| {
             if e.kind() == io::ErrorKind::UnexpectedEof {
@@ -289,7 +331,8 @@ impl OutQueue {
                 }
                 Segment::File { file, offset, len, method: IoMethod::Read, ready } => {
                     if self.chunk_pos == self.chunk.len() {
-                        self.read_chunk(file.clone(), *offset, sendable(*offset, *len, *ready))?;
+                        let want = sendable(*offset, *len, *ready).min(self.chunk_size as u64) as usize;
+                        self.read_chunk(file.clone(), *offset, want)?;
                     }
                     let pending = &self.chunk[self.chunk_pos..];
                     let want = pending.len();

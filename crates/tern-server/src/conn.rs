@@ -529,7 +529,7 @@ impl Conn {
             }
             let before = self.out.written;
             let result = match self.tls.as_mut() {
-                Some(tls) => self.out.flush_tls(tls, &self.sock),
+                Some(tls) => self.out.flush_tls(tls, &self.sock, w.now),
                 None => self.out.flush(self.sock.as_fd()),
             };
             let sent = self.out.written - before;
@@ -794,7 +794,7 @@ impl Conn {
         if let Some(tls) = self.tls.as_mut() {
             // Encrypted and written now, or with the answer if the socket
             // is full.
-            let n = tls.write_plain(CONTINUE);
+            let n = tls.write_plain(&[std::io::IoSlice::new(CONTINUE)]);
             w.stats.bytes_sent.add(n as u64);
             return n == CONTINUE.len() && tls.send_pending(&self.sock).is_ok();
         }

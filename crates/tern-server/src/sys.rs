@@ -73,6 +73,13 @@ pub fn unacked(sock: BorrowedFd<'_>) -> io::Result<usize> {
     Ok(usize::try_from(n).unwrap_or(0))
 }
 
+/// The payload one TCP segment of the connection's path carries
+/// (`TCP_MAXSEG`: the MSS less the options every segment bears); 0 if
+/// unknown.
+pub fn segment_size(sock: BorrowedFd<'_>) -> usize {
+    socket2::SockRef::from(&sock).tcp_mss().map_or(0, |m| m as usize)
+}
+
 /// Lets the calling thread run on every online CPU (as far as the cgroup
 /// allows), whatever affinity it inherited; best effort.
 pub fn allow_every_cpu() {

@@ -13,10 +13,12 @@
 //! the running server), the session cache and ticket keys shared by all
 //! workers, and which listening addresses speak TLS or redirect to it.
 
-use std::io::{self, Read};
+use std::io::{self, IoSlice, Read};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -28,6 +30,7 @@ use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection};
 use crate::config::{self, Level};
 use crate::error_log::log;
 use crate::metrics::WorkerStats;
+use crate::sys;
 
 /// What a listening address serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,9 +130,19 @@ impl Setup {
     pub fn session(&self, stats: &WorkerStats) -> Option<Box<Session>> {
         match ServerConnection::new(self.config.clone()) {
             Ok(mut conn) => {
-                conn.set_buffer_limit(Some(SEND_BUFFER));
+                // `write_plain` bounds what is encrypted at once; a limit
+                // here would cut records short of `FULL_RECORD`.
+                conn.set_buffer_limit(None);
                 stats.tls_active.add(1);
-                Some(Box::new(Session { conn, hsts: self.hsts.clone(), small: 0, started: false, done: false }))
+                Some(Box::new(Session {
+                    conn,
+                    hsts: self.hsts.clone(),
+                    small: 0,
+                    small_len: 0,
+                    last_flush: None,
+                    started: false,
+                    done: false,
+                }))
             }
             Err(e) => {
                 log!(Level::Error, "cannot start a TLS session: {e}");
@@ -167,14 +180,24 @@ impl ResolvesServerCert for BySni {
     }
 }
 
-/// Encrypted bytes held before the socket must take them.
+/// Plaintext encrypted per round before the records are written (the
+/// output queue drains rustls's buffer before handing it more, so this
+/// bounds what a connection holds encrypted).
 const SEND_BUFFER: usize = 64 * 1024;
-/// The plaintext of a record that fits one TCP segment with its overhead.
-const SMALL_RECORD: usize = 1369;
-/// After an idle moment, the first bytes go in small records (about the
-/// initial congestion window), so a client can start on them as each
-/// segment arrives; then full 16 KiB records.
-const SMALL_BYTES: usize = 14 * 1024;
+/// The plaintext of a full record (TLS's largest).
+const FULL_RECORD: usize = 16 * 1024;
+/// What a record adds to its plaintext at most: the header (5), TLS 1.2's
+/// explicit nonce (8) and the AEAD tag (16); TLS 1.3 adds 22.
+const RECORD_OVERHEAD: usize = 29;
+/// After an idle moment the first records each fit one TCP segment of the
+/// path, so a client can start on each as it arrives, for about TCP's
+/// initial congestion window (RFC 6928: ten segments); then full records.
+const SMALL_RECORDS: usize = 10;
+/// Output silent this long counts as an idle moment (the congestion window
+/// may have shrunk again; the next response is likely a new page's).
+const IDLE: Duration = Duration::from_secs(1);
+/// Most slices [`Session::write_plain`] takes at once.
+pub const MAX_BUFS: usize = 32;
 
 /// The answer to plain HTTP on an HTTPS port (as nginx's).
 pub const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 51\r\nConnection: close\r\n\r\nThe plain HTTP request was sent to an HTTPS port.\r\n";
@@ -195,8 +218,12 @@ pub struct Session {
     conn: ServerConnection,
     /// Header lines for every response (HSTS).
     hsts: Arc<[u8]>,
-    /// Plaintext still to send in small records.
+    /// Small records still to send (see [`SMALL_RECORDS`]) and the
+    /// plaintext each holds.
     small: usize,
+    small_len: usize,
+    /// When output was last flushed (`None`: never).
+    last_flush: Option<Instant>,
     /// A byte of the client's arrived.
     started: bool,
     /// The handshake completed (and was counted).
@@ -340,32 +367,51 @@ impl Session {
         &self.hsts
     }
 
-    /// A flush begins: after an idle moment (nothing held back by a full
-    /// socket) the next bytes go in small records.
-    pub fn start_flush(&mut self) {
-        if !self.conn.wants_write() {
-            self.small = SMALL_BYTES;
+    /// A flush begins at `now`: after an idle moment (nothing sent for
+    /// [`IDLE`], nothing held back by a full socket) the next records are
+    /// small ones, each the size of one TCP segment of this connection's
+    /// path — none where a segment holds a full record, as on loopback.
+    pub fn start_flush(&mut self, sock: &TcpStream, now: Instant) {
+        let idle = self.last_flush.is_none_or(|t| now.saturating_duration_since(t) >= IDLE);
+        self.last_flush = Some(now);
+        if idle && !self.conn.wants_write() {
+            self.small_len = sys::segment_size(sock.as_fd()).saturating_sub(RECORD_OVERHEAD);
+            self.small = if (1..FULL_RECORD).contains(&self.small_len) { SMALL_RECORDS } else { 0 };
         }
     }
 
-    /// Encrypts as much of `bytes` as the send buffer takes: small records
-    /// first (see [`Session::start_flush`]), then full ones. Returns the
-    /// plaintext bytes taken.
-    pub fn write_plain(&mut self, bytes: &[u8]) -> usize {
+    /// How many plaintext bytes the next [`Session::write_plain`] should be
+    /// handed: the small records left, then whole full records, about
+    /// [`SEND_BUFFER`] in all. Handed exactly this much (or the end of the
+    /// output), every record but the output's last is small or full.
+    pub fn room(&self) -> usize {
+        let small = self.small.min(SEND_BUFFER / self.small_len.max(1)) * self.small_len;
+        small + (SEND_BUFFER - small) / FULL_RECORD * FULL_RECORD
+    }
+
+    /// Encrypts `bufs` (at most [`MAX_BUFS`] slices, at most
+    /// [`Session::room`] bytes) into records that may span slices, so a
+    /// head and its body share one: the small records left first, then
+    /// full ones. Returns the plaintext bytes taken (all of them; 0 while
+    /// the handshake is not done).
+    pub fn write_plain(&mut self, bufs: &[IoSlice<'_>]) -> usize {
         use std::io::Write;
+        if self.conn.is_handshaking() {
+            return 0;
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let mut window = [IoSlice::new(&[]); MAX_BUFS];
         let mut taken = 0;
-        while self.small > 0 && taken < bytes.len() {
-            let piece = (bytes.len() - taken).min(SMALL_RECORD).min(self.small);
-            match self.conn.writer().write(&bytes[taken..taken + piece]) {
-                Ok(0) | Err(_) => return taken,
+        while taken < total {
+            let most = if self.small > 0 { self.small_len } else { usize::MAX };
+            let n = slices(bufs, taken, most, &mut window);
+            match self.conn.writer().write_vectored(&window[..n]) {
+                Ok(0) | Err(_) => break,
                 Ok(n) => {
                     taken += n;
-                    self.small -= n;
+                    self.small = self.small.saturating_sub(1);
                 }
             }
-        }
-        if taken < bytes.len() {
-            taken += self.conn.writer().write(&bytes[taken..]).unwrap_or(0);
         }
         taken
     }
@@ -394,6 +440,28 @@ impl Session {
     pub fn join(&self, stats: &WorkerStats) {
         stats.tls_active.add(1);
     }
+}
+
+/// Fills `out` with the part of `bufs` that starts `skip` bytes in and is
+/// at most `most` bytes long; returns how many slices it holds.
+fn slices<'a>(bufs: &'a [IoSlice<'_>], mut skip: usize, mut most: usize, out: &mut [IoSlice<'a>]) -> usize {
+    let mut count = 0;
+    for b in bufs {
+        if count == out.len() || most == 0 {
+            break;
+        }
+        let bytes: &'a [u8] = b;
+        if skip >= bytes.len() {
+            skip -= bytes.len();
+            continue;
+        }
+        let piece = &bytes[skip..][..most.min(bytes.len() - skip)];
+        skip = 0;
+        most -= piece.len();
+        out[count] = IoSlice::new(piece);
+        count += 1;
+    }
+    count
 }
 
 /// Whether this kernel offers kTLS (`tls` among the TCP upper-layer
@@ -433,6 +501,23 @@ pub fn https_location(host: Option<&str>, local: SocketAddr, port: u16, path: &s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `slices` over `bufs` into `room` slices, as strings.
+    fn window(bufs: &[IoSlice<'_>], skip: usize, most: usize, room: usize) -> Vec<String> {
+        let mut out = [IoSlice::new(&[]); MAX_BUFS];
+        let n = slices(bufs, skip, most, &mut out[..room]);
+        out[..n].iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()
+    }
+
+    #[test]
+    fn slices_cut_a_window_across_buffers() {
+        let bufs = [IoSlice::new(b"head"), IoSlice::new(b""), IoSlice::new(b"body bytes")];
+        assert_eq!(window(&bufs, 0, usize::MAX, MAX_BUFS), ["head", "body bytes"]);
+        assert_eq!(window(&bufs, 2, 5, MAX_BUFS), ["ad", "bod"]);
+        assert_eq!(window(&bufs, 6, usize::MAX, MAX_BUFS), ["dy bytes"]);
+        assert!(window(&bufs, 14, usize::MAX, MAX_BUFS).is_empty());
+        assert_eq!(window(&bufs, 0, usize::MAX, 1), ["head"]);
+    }
 
     #[test]
     fn redirect_locations() {

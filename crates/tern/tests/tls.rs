@@ -391,3 +391,149 @@ fn tern_bench_speaks_https_with_and_without_keepalive_and_resumption() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A client's socket that keeps a copy of every byte it reads, so the TLS
+/// records the server sent can be told apart by their headers.
+struct Recording {
+    sock: TcpStream,
+    seen: Vec<u8>,
+}
+
+impl Read for Recording {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.seen.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl Write for Recording {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.sock.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sock.flush()
+    }
+}
+
+type Recorded = rustls::StreamOwned<rustls::ClientConnection, Recording>;
+
+/// A TLS connection to `addr`, its handshake done, whose segments carry at
+/// most `mss` bytes (the client's SYN says so) when given.
+fn recorded(ca: &Ca, addr: SocketAddr, mss: Option<u32>) -> Recorded {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    if let Some(mss) = mss {
+        sock.set_tcp_mss(mss).unwrap();
+    }
+    sock.connect(&addr.into()).unwrap();
+    let sock = TcpStream::from(sock);
+    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let conn = rustls::ClientConnection::new(common::tls::client(ca), "localhost".try_into().unwrap()).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, Recording { sock, seen: Vec::new() });
+    // The handshake's records come before any response's.
+    tls.conn.complete_io(&mut tls.sock).unwrap();
+    tls
+}
+
+/// GETs `path` (keep-alive) and returns the response (head and body) and
+/// the lengths of the records that arrived since the previous response,
+/// from their headers (all application data).
+fn get_recorded(tls: &mut Recorded, path: &str) -> (Vec<u8>, Vec<usize>) {
+    let mark = tls.sock.seen.len();
+    tls.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    tls.flush().unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        if let Some(end) = common::find(&response, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&response[..end]).to_ascii_lowercase();
+            let length: usize =
+                head.split("content-length: ").nth(1).and_then(|v| v.lines().next()?.parse().ok()).unwrap();
+            if response.len() == end + 4 + length {
+                break;
+            }
+        }
+        let n = tls.read(&mut buf).unwrap();
+        assert!(n > 0, "{path}: connection closed");
+        response.extend_from_slice(&buf[..n]);
+    }
+    let (mut lengths, mut rest) = (Vec::new(), &tls.sock.seen[mark..]);
+    while !rest.is_empty() {
+        assert!(rest.len() >= 5 && rest[0] == 23, "{path}: not an application-data record: {:?}", &rest[..5]);
+        let len = u16::from_be_bytes([rest[3], rest[4]]) as usize;
+        lengths.push(len);
+        rest = &rest[5 + len..];
+    }
+    (response, lengths)
+}
+
+/// The records that hold the last `bytes` plaintext bytes received (TLS 1.3
+/// adds 17 bytes to each: the content type and the tag): what came before
+/// them were session tickets.
+fn last_records(lengths: &[usize], bytes: usize) -> &[usize] {
+    let mut sum = 0;
+    for i in (0..lengths.len()).rev() {
+        sum += lengths[i] - 17;
+        if sum == bytes {
+            return &lengths[i..];
+        }
+    }
+    panic!("no records end with exactly {bytes} bytes: {lengths:?}")
+}
+
+/// Issue 15: records sized for the path. After an idle moment a response's
+/// first ten records each fit one TCP segment of the path (a client starts
+/// on each as it arrives), then full 16 KiB records; a busy connection and
+/// a path whose segment holds a full record (loopback) get full records
+/// only; a small response leaves in one record with its head, whatever the
+/// I/O method.
+#[test]
+fn records_are_sized_for_the_path_small_after_an_idle_moment_then_full() {
+    const FULL: usize = 16384 + 17;
+    let site = common::site();
+    let body = common::pattern(200_000, 5);
+    std::fs::write(site.root.join("record.bin"), &body).unwrap();
+    let (ca, _ca_path, tls) = pki(site.dir.path());
+    let full_after = |records: &[usize], what: &str| {
+        let (last, full) = records.split_last().unwrap();
+        assert!(full.iter().all(|&l| l == FULL) && *last <= FULL, "{what}: {records:?}");
+    };
+    for io in IO_METHODS {
+        let tern = Tern::start(&site.root, io, &tls, &[]);
+        let addr = https_addr(&tern);
+        // Loopback: a segment holds a full record, so there are no small
+        // ones, even in the first response (tickets arrive before it).
+        let mut conn = recorded(&ca, addr, None);
+        let (response, lengths) = get_recorded(&mut conn, "/record.bin");
+        assert!(response.ends_with(&body), "{io}: body differs");
+        assert_eq!(conn.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3));
+        full_after(last_records(&lengths, response.len()), &format!("{io}: loopback"));
+        let (response, lengths) = get_recorded(&mut conn, "/small.txt");
+        assert!(response.ends_with(&site.small), "{io}: small body differs");
+        assert_eq!(lengths, [response.len() + 17], "{io}: a small response and its head in one record");
+        if io != "sendfile" {
+            continue;
+        }
+        // A path of 1200-byte segments.
+        let mut conn = recorded(&ca, addr, Some(1200));
+        let segment = socket2::SockRef::from(&conn.sock.sock).tcp_mss().unwrap() as usize;
+        assert!((1000..=1200).contains(&segment), "{segment}");
+        get_recorded(&mut conn, "/small.txt");
+        std::thread::sleep(Duration::from_millis(1300));
+        let (response, lengths) = get_recorded(&mut conn, "/record.bin");
+        assert!(response.ends_with(&body), "after idle: body differs");
+        assert_eq!(lengths.iter().map(|l| l - 17).sum::<usize>(), response.len(), "{lengths:?}");
+        let (small, rest) = lengths.split_at(10);
+        // Each small record's plaintext is a segment less the most a
+        // record adds (29 bytes, TLS 1.2's); its 22 bytes of TLS 1.3
+        // overhead fit.
+        assert!(small.iter().all(|&l| l - 17 == segment - 29), "after idle ({segment}-byte segments): {lengths:?}");
+        full_after(rest, "after idle");
+        // At once again: not idle, full records only.
+        let (response, lengths) = get_recorded(&mut conn, "/record.bin");
+        assert!(response.ends_with(&body), "busy: body differs");
+        assert_eq!(lengths.iter().map(|l| l - 17).sum::<usize>(), response.len(), "{lengths:?}");
+        full_after(&lengths, "busy");
+    }
+}
