@@ -28,7 +28,7 @@ cargo test --workspace --locked
 
 # The end-to-end suite once more per thread model (the run above was the
 # default, event): one suite, the model picked by $TERN_MODEL in the harness.
-for model in pool per-request; do
+for model in pool staged per-request; do
     echo "== end-to-end suite, server.model = $model"
     TERN_MODEL=$model cargo test -p tern --locked \
         --test static_files --test static_io --test corpus --test traversal --test hidden_files \

@@ -29,6 +29,7 @@ pub struct Config {
     pub fastcgi: FastCgi,
     pub compression: Compression,
     pub tls: Tls,
+    pub staged: Staged,
     /// The file and text this was parsed from, so errors found later (at
     /// start) still name the line.
     #[serde(skip)]
@@ -178,7 +179,7 @@ impl<'de> Deserialize<'de> for Listen {
 }
 
 /// The concurrency model (SPEC 2.6): who runs the one connection state
-/// machine. `staged` is refused until it is built.
+/// machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Model {
@@ -187,7 +188,7 @@ pub enum Model {
     /// Acceptors feed one queue; `server.threads` serve a connection while
     /// it has work, an idle one waits in its acceptor's epoll set.
     Pool,
-    /// Threads per stage with queues between them.
+    /// Threads per stage with bounded queues between them (`[staged]`).
     Staged,
     /// A thread per connection, blocking in `poll(2)`.
     PerRequest,
@@ -221,8 +222,49 @@ impl std::str::FromStr for Model {
     }
 }
 
-/// The most threads `server.threads` and `server.max_threads` may ask for.
+/// The most threads `server.threads`, `server.max_threads` and each
+/// stage of `[staged]` may ask for.
 pub const MAX_THREADS: usize = 100_000;
+
+/// The most connections a stage's queue may hold (the queue's slots are
+/// allocated at start).
+pub const MAX_STAGE_QUEUE: usize = 1_000_000;
+
+/// `[staged]`: the staged engine (`server.model = "staged"`): each stage's
+/// threads, and the bounded queue in front of each stage.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Staged {
+    /// Threads reading and parsing requests (and their bodies, and
+    /// lingering). Default 2.
+    pub read_threads: usize,
+    /// Threads answering requests: resolving and opening files, starting
+    /// CGI programs and FastCGI requests. Default 2.
+    pub handle_threads: usize,
+    /// Threads sending answers; one relays a backend's output for as long
+    /// as the program runs, so these bound the backends served at once.
+    /// Default 16.
+    pub send_threads: usize,
+    /// Threads writing service records and passing a connection on to its
+    /// next request or its close. Default 1.
+    pub log_threads: usize,
+    /// Connections each stage's queue holds; when one is full, the stage
+    /// before it waits (nothing is dropped). Default 256.
+    pub queue: usize,
+}
+
+impl Default for Staged {
+    fn default() -> Self {
+        Staged { read_threads: 2, handle_threads: 2, send_threads: 16, log_threads: 1, queue: 256 }
+    }
+}
+
+impl Staged {
+    /// Threads per stage, in the stages' order (read, handle, send, log).
+    pub fn threads(&self) -> [usize; 4] {
+        [self.read_threads, self.handle_threads, self.send_threads, self.log_threads]
+    }
+}
 
 /// How static file bodies are sent (SPEC 2.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -1148,24 +1190,13 @@ impl Config {
             ),
             (self.server.workers > MAX_WORKERS, "server", "workers", "must be at most 1024 (0 = one per usable CPU)"),
             (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
-            (
-                self.server.model == Model::Staged,
-                "server",
-                "model",
-                "\"staged\" is not built yet (event, pool or per-request)",
-            ),
-            (
-                self.server.threads == 0 || self.server.threads > MAX_THREADS,
-                "server",
-                "threads",
-                "must be between 1 and 100000",
-            ),
-            (
-                self.server.max_threads == 0 || self.server.max_threads > MAX_THREADS,
-                "server",
-                "max_threads",
-                "must be between 1 and 100000",
-            ),
+            (!(1..=MAX_THREADS).contains(&self.server.threads), "server", "threads", THREADS_RANGE),
+            (!(1..=MAX_THREADS).contains(&self.server.max_threads), "server", "max_threads", THREADS_RANGE),
+            (!(1..=MAX_THREADS).contains(&self.staged.read_threads), "staged", "read_threads", THREADS_RANGE),
+            (!(1..=MAX_THREADS).contains(&self.staged.handle_threads), "staged", "handle_threads", THREADS_RANGE),
+            (!(1..=MAX_THREADS).contains(&self.staged.send_threads), "staged", "send_threads", THREADS_RANGE),
+            (!(1..=MAX_THREADS).contains(&self.staged.log_threads), "staged", "log_threads", THREADS_RANGE),
+            (!(1..=MAX_STAGE_QUEUE).contains(&self.staged.queue), "staged", "queue", "must be between 1 and 1000000"),
             (
                 self.server.cpus.iter().any(|&c| c >= CPU_SETSIZE),
                 "server",
@@ -1259,6 +1290,9 @@ impl Config {
     }
 }
 
+/// What a thread count must be (see [`MAX_THREADS`]).
+const THREADS_RANGE: &str = "must be between 1 and 100000";
+
 /// The 1-based line where `key` is set inside `[section]`, if written there.
 fn line_of(text: &str, section: &str, key: &str) -> Option<usize> {
     let mut current = "";
@@ -1300,9 +1334,15 @@ mod tests {
         let c = parse("[server]\nmodel = \"per-request\"\nmax_threads = 100\n").unwrap();
         assert_eq!((c.server.model, c.server.max_threads), (Model::PerRequest, 100));
         assert_eq!((Config::default().server.threads, Config::default().server.max_threads), (32, 5000));
+        let c = parse("[server]\nmodel = \"staged\"\n[staged]\nsend_threads = 4\nqueue = 8\n").unwrap();
+        assert_eq!((c.server.model, c.staged.threads(), c.staged.queue), (Model::Staged, [2, 2, 4, 1], 8));
+        assert_eq!((Config::default().staged.threads(), Config::default().staged.queue), ([2, 2, 16, 1], 256));
         for (text, wanted) in [
-            ("[server]\nworkers = 1\nmodel = \"staged\"\n", "line 3: server.model: \"staged\" is not built yet"),
             ("[server]\nthreads = 0\n", "line 2: server.threads: must be between 1 and 100000"),
+            ("[staged]\nread_threads = 1\nhandle_threads = 0\n", "line 3: staged.handle_threads: must be between 1"),
+            ("[staged]\nlog_threads = 100001\n", "line 2: staged.log_threads: must be between 1 and 100000"),
+            ("[staged]\nsend_threads = 0\n", "line 2: staged.send_threads: must be between 1"),
+            ("[staged]\n\nqueue = 0\n", "line 3: staged.queue: must be between 1 and 1000000"),
             ("[server]\nmax_threads = 0\n", "line 2: server.max_threads: must be between 1 and 100000"),
             ("[server]\ncpus = [4096]\n", "line 2: server.cpus: each must be a CPU number below 1024"),
         ] {

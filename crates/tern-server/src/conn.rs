@@ -35,7 +35,7 @@ use crate::offload::{Done, Task, Ticket};
 use crate::reaper;
 use crate::reply::{Params, Reply};
 use crate::request_body::{BodyError, BodyReader};
-use crate::service_records::{Record, StageAccount};
+use crate::service_records::{Record, Stage, StageAccount};
 use crate::shared::Shared;
 use crate::site::backend::Job;
 use crate::site::cgi::Pump;
@@ -45,11 +45,14 @@ use crate::sys;
 use crate::tls::{self, Got, Role, Session};
 use crate::worker::{Wait, Worker};
 
-/// Whether the engine should keep the connection.
+/// Whether the engine should keep the connection — or, for a connection
+/// that stops at stage boundaries ([`Conn::enter_stage`]), that its work
+/// has moved on to another stage.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {
     Open,
     Closed,
+    Next(Stage),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,8 +190,20 @@ pub struct Conn {
     accepted: Instant,
     started: Option<Instant>,
     unsent: Vec<Unsent>,
+    /// When the queued responses were all sent, when their records are
+    /// written later (in the staged engine's log stage).
+    sent_at: Option<Instant>,
     /// Time in the staged engine's stages.
-    pub stages: StageAccount,
+    stages: StageAccount,
+    /// The stage the connection is in, when an engine of stages drives it:
+    /// it then stops where its work moves to another stage.
+    stage: Option<Stage>,
+    /// A complete request waits in `rbuf` at `rpos` for the handle stage
+    /// (`true`: its body was read).
+    to_answer: Option<bool>,
+    /// Its responses are sent: their records and what follows (the next
+    /// request, the close) are the log stage's.
+    to_log: bool,
     /// Whether the listening address's role is still to be looked at
     /// (on the first readiness: `Conn::new` is not handed `Shared`).
     fresh: bool,
@@ -236,7 +251,11 @@ impl Conn {
             accepted: if w.records.enabled() { Instant::now() } else { w.now },
             started: None,
             unsent: Vec::new(),
+            sent_at: None,
             stages: StageAccount::default(),
+            stage: None,
+            to_answer: None,
+            to_log: false,
             fresh: true,
             tls: None,
             redirect: None,
@@ -433,8 +452,39 @@ impl Conn {
             self.open(shared, w);
         }
         loop {
+            if let Some(stage) = self.stage {
+                let next = self.work_stage(stage);
+                if next != stage {
+                    return Status::Next(next);
+                }
+            }
+            if let Some(body_read) = self.to_answer.take() {
+                if self.answer_buffered(shared, w, body_read).is_none() {
+                    return Status::Closed;
+                }
+                continue;
+            }
+            if self.to_log {
+                self.to_log = false;
+                if let Some(status) = self.sent(w) {
+                    return status;
+                }
+                if self.rpos == self.rbuf.len() && !self.may_read && !self.peer_closed && self.tls.is_none() {
+                    // Nothing to read yet: it waits for its client (as
+                    // `fill` would say), not for the read stage.
+                    self.idle_buffers(w);
+                    return Status::Open;
+                }
+                continue;
+            }
             match self.phase {
                 Phase::Send => match self.flush(shared, w) {
+                    Sent::All if self.stage.is_some() => {
+                        if w.records.enabled() {
+                            self.sent_at = Some(Instant::now());
+                        }
+                        self.to_log = true;
+                    }
                     Sent::All => {
                         if let Some(status) = self.sent(w) {
                             return status;
@@ -515,6 +565,45 @@ impl Conn {
                 Phase::Linger => return self.linger(w),
                 Phase::Wait => return Status::Open,
             }
+        }
+    }
+
+    /// An engine of stages (the staged engine) runs the connection in
+    /// `stage` from `now`, after `queued` in that stage's queue. From then
+    /// on the connection stops where its work moves to another stage
+    /// (returning [`Status::Next`]), and its service records carry its time
+    /// per stage. The code that runs is the same as under every engine;
+    /// only the answer to pipelined requests is not gathered into one
+    /// write, as each is handed from stage to stage.
+    pub fn enter_stage(&mut self, stage: Stage, queued: Duration, now: Instant) {
+        self.stage = Some(stage);
+        self.stages.enter(stage, queued, now);
+    }
+
+    /// The stage entered last is left at `now`.
+    pub fn leave_stage(&mut self, now: Instant) {
+        self.stages.leave(now);
+    }
+
+    /// The stage its work is in, when it is driven by stages: where the
+    /// engine queues it once its socket is ready.
+    pub fn stage(&self) -> Option<Stage> {
+        self.stage.map(|current| self.work_stage(current))
+    }
+
+    /// Which stage the connection's work belongs to (`current` while it
+    /// waits for the I/O pool).
+    fn work_stage(&self, current: Stage) -> Stage {
+        if self.to_answer.is_some() {
+            return Stage::Handle;
+        }
+        if self.to_log {
+            return Stage::Log;
+        }
+        match self.phase {
+            Phase::Head | Phase::Body | Phase::Linger => Stage::Read,
+            Phase::Send | Phase::Backend => Stage::Send,
+            Phase::Wait => current,
         }
     }
 
@@ -684,12 +773,13 @@ impl Conn {
         if self.unsent.is_empty() {
             return;
         }
-        let end = Instant::now();
+        let now = Instant::now();
+        let end = self.sent_at.take().unwrap_or(now);
         let last = self.unsent.len() - 1;
         for (i, u) in self.unsent.drain(..).enumerate() {
             // Responses sent in one write share the stage times (on the
             // last row).
-            let stages = if i == last { self.stages.take(end) } else { None };
+            let stages = if i == last { self.stages.take(now) } else { None };
             w.records.record(&Record {
                 accepted: self.accepted,
                 start: u.start,
@@ -756,6 +846,8 @@ impl Conn {
                         self.phase = Phase::Body;
                         self.set_clock(Clock::Body, w);
                     }
+                    // Answered in the handle stage (the head stays in place).
+                    _ if self.stage.is_some() => self.to_answer = Some(false),
                     _ => {
                         let head = &rbuf[self.rpos..self.rpos + req.head_len];
                         self.rpos += req.head_len;
@@ -853,15 +945,26 @@ impl Conn {
                 return Some(true);
             }
         }
-        // Complete: parse the head again (it was kept in place) and answer.
         self.body = None;
+        if self.stage.is_some() {
+            // Answered in the handle stage.
+            self.to_answer = Some(true);
+            return Some(true);
+        }
+        self.answer_buffered(shared, w, true)
+    }
+
+    /// Answers the complete request at `rpos`, parsing its head again (it
+    /// was kept in place while its body was read, or while it waited for
+    /// the handle stage). `Some(true)`: answered; `None`: close now.
+    fn answer_buffered(&mut self, shared: &Shared, w: &mut Worker<'_>, body_read: bool) -> Option<bool> {
         let rbuf = std::mem::take(&mut self.rbuf);
         let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let answered = match parse_head(&rbuf[self.rpos..], &shared.http_limits, &mut fields) {
             Ok(Head::Complete(req)) => {
                 let head = &rbuf[self.rpos..self.rpos + req.head_len];
                 self.rpos += req.head_len;
-                self.answer(shared, w, &req, head, true);
+                self.answer(shared, w, &req, head, body_read);
                 Some(true)
             }
             _ => None,
@@ -1007,8 +1110,12 @@ impl Conn {
     /// Decides whether to gather the next pipelined response into the same
     /// write or to start sending.
     fn after_answer(&mut self, w: &mut Worker<'_>) {
-        let gather =
-            self.keep_alive && self.rpos < self.rbuf.len() && self.out.gathers() && self.out.queued() < MAX_GATHERED;
+        // Not under stages: each answer is handed on to be sent by itself.
+        let gather = self.stage.is_none()
+            && self.keep_alive
+            && self.rpos < self.rbuf.len()
+            && self.out.gathers()
+            && self.out.queued() < MAX_GATHERED;
         if gather {
             self.phase = Phase::Head;
         } else {
@@ -1304,7 +1411,11 @@ impl Conn {
     /// backend; at most the start of the next request is buffered. Such a
     /// connection can move to another server.
     pub fn between_requests(&self) -> bool {
-        self.phase == Phase::Head && self.out.is_empty() && self.backend.is_none() && self.body.is_none()
+        self.phase == Phase::Head
+            && self.out.is_empty()
+            && self.backend.is_none()
+            && self.body.is_none()
+            && self.to_answer.is_none()
     }
 
     /// Takes the socket and the bytes read and not answered (the engine

@@ -123,12 +123,44 @@ pub struct ServerStats {
     pub connections: AtomicUsize,
     /// CGI programs running across workers (for `cgi.max_processes`).
     pub cgi_running: AtomicUsize,
+    /// The staged engine's stages (`service_records::STAGES` order); all
+    /// zero under the other engines.
+    pub stages: [StageStats; 4],
     /// An [`Ending`], as a number.
     ending: AtomicU8,
     /// When the workers give up on the connections still open, in
     /// milliseconds after `started`; `u64::MAX`: no limit.
     drain_until: AtomicU64,
     pub started: Instant,
+}
+
+/// One stage of the staged engine. All its threads write it (a stage has
+/// no single writer), so these are shared atomics: one add per connection
+/// a stage takes, beside the queue hand-off that costs more.
+#[derive(Default, Debug)]
+#[repr(align(64))]
+pub struct StageStats {
+    /// Threads serving the stage.
+    pub threads: AtomicU64,
+    /// Connections waiting in its queue, as last seen when one entered or
+    /// left it.
+    pub queue: AtomicU64,
+    /// Time its threads spent on connections, in microseconds.
+    pub busy_us: AtomicU64,
+    /// Connections it took from its queue.
+    pub taken: AtomicU64,
+}
+
+impl StageStats {
+    pub fn queued(&self, len: usize) {
+        self.queue.store(len as u64, Relaxed);
+    }
+
+    /// A connection taken was worked on for `d`.
+    pub fn worked(&self, d: Duration) {
+        self.busy_us.fetch_add(d.as_micros() as u64, Relaxed);
+        self.taken.fetch_add(1, Relaxed);
+    }
 }
 
 /// How far a server is in its life.
@@ -149,6 +181,7 @@ impl ServerStats {
             worker_threads,
             connections: AtomicUsize::new(0),
             cgi_running: AtomicUsize::new(0),
+            stages: Default::default(),
             ending: AtomicU8::new(Ending::Running as u8),
             drain_until: AtomicU64::new(u64::MAX),
             started: Instant::now(),

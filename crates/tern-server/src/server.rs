@@ -317,7 +317,7 @@ impl Server {
         &self.addrs
     }
 
-    /// Worker threads (event), fronts (pool) or acceptors (per-request):
+    /// Worker threads (event), fronts (pool, staged) or acceptors (per-request):
     /// one per listener set.
     pub fn workers(&self) -> usize {
         self.shared.server.worker_threads

@@ -19,6 +19,28 @@ use std::time::{Duration, Instant};
 /// The staged engine's stages, in a request's order (the columns' order).
 pub const STAGES: [&str; 4] = ["read", "handle", "send", "log"];
 
+/// One of the staged engine's stages (in [`STAGES`] order): where a
+/// connection driven by it stops and is handed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Reading and parsing a request (and its body); lingering.
+    Read,
+    /// Answering it: the site resolves and opens, or starts a backend.
+    Handle,
+    /// Sending the answer, relaying a backend's output.
+    Send,
+    /// Its service record; on to the next request or the close.
+    Log,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 4] = [Stage::Read, Stage::Handle, Stage::Send, Stage::Log];
+
+    pub fn name(self) -> &'static str {
+        STAGES[self as usize]
+    }
+}
+
 /// The first line of a records file.
 const HEADER: &str = "accept_us,start_us,end_us,status,bytes,\
 read_queued_us,read_working_us,handle_queued_us,handle_working_us,\
@@ -44,20 +66,20 @@ pub struct StageAccount {
     times: [StageTime; STAGES.len()],
     /// The stage the connection is in, and since when its time counts
     /// there.
-    current: Option<(usize, Instant)>,
+    current: Option<(Stage, Instant)>,
     used: bool,
 }
 
 impl StageAccount {
-    pub fn enter(&mut self, stage: usize, queued: Duration, now: Instant) {
-        self.times[stage].queued += queued;
+    pub fn enter(&mut self, stage: Stage, queued: Duration, now: Instant) {
+        self.times[stage as usize].queued += queued;
         self.current = Some((stage, now));
         self.used = true;
     }
 
     pub fn leave(&mut self, now: Instant) {
         if let Some((stage, since)) = self.current.take() {
-            self.times[stage].working += now.saturating_duration_since(since);
+            self.times[stage as usize].working += now.saturating_duration_since(since);
         }
     }
 

@@ -156,6 +156,9 @@ fn status_and_metrics_report_what_happened() {
     assert_eq!(s["requests"]["4xx"], 1);
     assert_eq!(s["requests"]["total"], 6, "a request is counted once answered");
     assert!(s["open_file_cache"]["hits"].as_u64().unwrap() >= 3);
+    // Stages are the staged engine's only.
+    let staged = common::model().as_deref() == Some("staged");
+    assert_eq!((s["stages"].is_object(), s["stages"].is_null()), (staged, !staged), "{}", s["stages"]);
     let r = get(tern.addr, "/metrics", "");
     assert_eq!(r.header("content-type"), Some("text/plain; version=0.0.4; charset=utf-8"));
     let text = String::from_utf8(r.body).unwrap();
@@ -269,6 +272,7 @@ fn cpus_pins_every_thread_of_the_server() {
     assert!(unpinned.is_empty(), "threads not on CPU {cpu} alone: {unpinned:?} (all: {threads:?})");
     let serving = match common::model().as_deref() {
         Some("pool") => "tern-pool-0",
+        Some("staged") => "tern-handle-0",
         Some("per-request") => "tern-conn",
         _ => "tern-worker-0",
     };

@@ -39,8 +39,12 @@ fn read_response(s: &mut TcpStream, head_request: bool) -> (u16, usize) {
     }
 }
 
-#[test]
-fn one_row_per_request_with_its_times_status_and_bytes() {
+/// The rows a server writes for the requests below (sorted by service
+/// start), checked for what every model writes: the header, one row per
+/// request with its status and bytes, the times in order. `config` is
+/// added to the server's, `extra` to its command line; `during` sees the
+/// running server after the requests.
+fn rows_for(config: &str, extra: &[&str], during: impl FnOnce(&Tern)) -> Vec<Vec<u64>> {
     let site = common::site();
     let cgi = site.root.join("cgi-bin");
     std::fs::create_dir_all(&cgi).unwrap();
@@ -50,9 +54,9 @@ fn one_row_per_request_with_its_times_status_and_bytes() {
     std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let records = dir.path().join("records.csv");
-    let config = format!("[log]\naccess = \"off\"\nservice_records = \"{}\"\n", records.display());
+    let config = format!("[log]\naccess = \"off\"\nservice_records = \"{}\"\n{config}", records.display());
     let before = monotonic_us();
-    let mut tern = Tern::start(&site.root, "sendfile", &config, &[]);
+    let mut tern = Tern::start(&site.root, "sendfile", &config, extra);
 
     // One keep-alive connection, a request at a time.
     let mut s = TcpStream::connect(tern.addr).unwrap();
@@ -70,6 +74,7 @@ fn one_row_per_request_with_its_times_status_and_bytes() {
     seen.push((r.status, r.body.len()));
     assert_eq!(seen, [(200, 1000), (404, seen[1].1), (200, 6), (200, site.big.len()), (200, common::INDEX.len())]);
     assert!(seen[1].1 > 0, "the 404 page has a body");
+    during(&tern);
 
     let status = tern.terminate(Duration::from_secs(10)).expect("exits on SIGTERM");
     assert!(status.success());
@@ -83,28 +88,87 @@ fn one_row_per_request_with_its_times_status_and_bytes() {
              handle_working_us,send_queued_us,send_working_us,log_queued_us,log_working_us"
         )
     );
-    let mut rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == 13), "13 columns:\n{text}");
+    // The rows of the requests above (a status page asked for `during`
+    // has its own): by service start, as rows of different workers may
+    // come in any order.
+    let mut rows: Vec<Vec<Option<u64>>> =
+        rows.iter().map(|r| r.iter().map(|c| (!c.is_empty()).then(|| c.parse().unwrap())).collect()).collect();
+    rows.sort_by_key(|r| r[1]);
+    rows.truncate(seen.len());
     assert_eq!(rows.len(), 5, "one row per request:\n{text}");
-    let n = |s: &str| -> u64 { s.parse().unwrap() };
-    // Rows of different workers may come in any order: by service start.
-    rows.sort_by_key(|r| n(r[1]));
-    let got: Vec<(u16, usize)> = rows.iter().map(|r| (n(r[3]) as u16, n(r[4]) as usize)).collect();
+    let n = |r: &[Option<u64>], i: usize| r[i].unwrap_or_else(|| panic!("column {i} empty: {r:?}"));
+    let got: Vec<(u16, usize)> = rows.iter().map(|r| (n(r, 3) as u16, n(r, 4) as usize)).collect();
     assert_eq!(got, seen, "status and body bytes per request, in order");
     for r in &rows {
-        assert_eq!(r.len(), 13, "{r:?}");
-        let (accept, start, end) = (n(r[0]), n(r[1]), n(r[2]));
+        let (accept, start, end) = (n(r, 0), n(r, 1), n(r, 2));
         assert!(before <= accept && accept <= start && start <= end && end <= after, "times in order: {r:?}");
-        assert!(r[5..].iter().all(|c| c.is_empty()), "no stage times under the event engine: {r:?}");
     }
     // The keep-alive connection's requests: accepted once, served one
     // after the other; the last connection came after all of them.
     assert!(rows[..4].iter().all(|r| r[0] == rows[0][0]), "one accept time per connection");
     for pair in rows[..4].windows(2) {
-        assert!(n(pair[0][2]) <= n(pair[1][1]), "each request starts after the previous one ended: {pair:?}");
+        assert!(n(&pair[0], 2) <= n(&pair[1], 1), "each request starts after the previous one ended: {pair:?}");
     }
     // Accepted after the previous request started (its end is read after
     // the answer left, so the client may connect before it is taken).
-    assert!(n(rows[4][0]) >= n(rows[3][1]), "the last connection came after the others: {rows:?}");
+    assert!(n(&rows[4], 0) >= n(&rows[3], 1), "the last connection came after the others: {rows:?}");
+    // The stage columns are all filled, or all empty.
+    for r in &rows {
+        assert!(r[5..].iter().all(Option::is_some) || r[5..].iter().all(Option::is_none), "{r:?}");
+    }
+    rows.iter().map(|r| r.iter().map(|c| c.unwrap_or(u64::MAX)).collect()).collect()
+}
+
+/// A stage column left empty.
+const EMPTY: u64 = u64::MAX;
+
+#[test]
+fn one_row_per_request_with_its_times_status_and_bytes() {
+    let rows = rows_for("", &["--model", "event"], |_| {});
+    assert!(rows.iter().all(|r| r[5..].iter().all(|&c| c == EMPTY)), "no stage times under the event engine: {rows:?}");
+}
+
+#[test]
+fn under_staged_each_row_has_its_time_queued_and_working_per_stage_and_the_status_page_shows_the_stages() {
+    let rows = rows_for("[staged]\nsend_threads = 3\n", &["--model", "staged"], |tern| {
+        let r = common::get(tern.addr, "/_tern/status", "");
+        let s: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(s["model"], "staged");
+        let stages = &s["stages"];
+        let threads: Vec<u64> =
+            ["read", "handle", "send", "log"].iter().map(|k| stages[k]["threads"].as_u64().unwrap()).collect();
+        assert_eq!(threads, [2, 2, 3, 1], "{stages}");
+        // Each of the five requests passed the handle stage once (it has
+        // counted them before their answers went out; the status request
+        // is still in it).
+        assert_eq!(stages["handle"]["taken"], 5, "{stages}");
+        assert!(stages["read"]["taken"].as_u64().unwrap() >= 5, "{stages}");
+        // Starting the program took the handle stage some time.
+        assert!(stages["handle"]["busy_seconds"].as_f64().unwrap() > 0.0, "{stages}");
+        for k in ["read", "handle", "send", "log"] {
+            assert!(stages[k]["queue"].is_u64() && stages[k]["busy_seconds"].is_f64(), "{stages}");
+        }
+        let text = String::from_utf8(common::get(tern.addr, "/metrics", "").body).unwrap();
+        for line in [
+            "# TYPE tern_stage_threads gauge\ntern_stage_threads{stage=\"read\"} 2\n",
+            "tern_stage_threads{stage=\"send\"} 3\ntern_stage_threads{stage=\"log\"} 1\n",
+            "# TYPE tern_stage_taken_total counter\n",
+            "tern_stage_taken_total{stage=\"handle\"} 6\n",
+            "# TYPE tern_stage_queue_length gauge\n",
+            "# TYPE tern_stage_busy_seconds_total counter\n",
+        ] {
+            assert!(text.contains(line), "{line:?} in:\n{text}");
+        }
+    });
+    for r in &rows {
+        assert!(r[5..].iter().all(|&c| c != EMPTY), "every stage column filled under staged: {r:?}");
+    }
+    // The program's row: starting it (handle) and relaying its output
+    // until it exited (send) took time.
+    let cgi = &rows[2];
+    assert!(cgi[8] > 0 && cgi[10] > 0, "handle and send working time of the CGI request: {cgi:?}");
 }
 
 #[test]

@@ -1,8 +1,8 @@
-//! Driving one connection from a thread that blocks (the `per-request` and
-//! `pool` engines): `poll(2)` on the connection's socket and its backend's
-//! descriptor, in the directions the connection says it waits for
-//! ([`Conn::waits`]), and on the engine's [`Bell`]; deadlines once a
-//! second. The same calls into `Conn` as the event engine makes, so the
+//! Driving one connection from a thread that blocks (the `per-request`,
+//! `pool` and `staged` engines): `poll(2)` on the connection's socket and
+//! its backend's descriptor, in the directions the connection says it
+//! waits for ([`Conn::waits`]), and on the engine's [`Bell`]; deadlines
+//! once a second. The same calls into `Conn` as the event engine makes, so the
 //! connection behaves the same whoever drives it.
 
 use std::io;
@@ -16,6 +16,7 @@ use crate::config::Level;
 use crate::conn::{Conn, Status};
 use crate::error_log::{self, log};
 use crate::metrics::Ending;
+use crate::service_records::Stage;
 use crate::shared::Shared;
 use crate::worker::{Wait, Watcher, Worker};
 
@@ -99,11 +100,14 @@ pub enum Left {
     /// The server is being replaced and no request is in flight: the
     /// caller hands it to the successor.
     Handover,
+    /// Its work has moved on to this stage (a connection driven by
+    /// stages, see `Conn::enter_stage`).
+    Next(Stage),
 }
 
 /// Serves `conn`, whose last call returned `status`, until it closes, can
-/// be handed over, or (with `park`) waits on its socket alone (for the
-/// client's next request or bytes, or room to send).
+/// be handed over, moves to another stage, or (with `park`) waits on its
+/// socket alone (for the client's next request or bytes, or room to send).
 pub fn serve(
     shared: &Shared,
     w: &mut Worker<'_>,
@@ -119,8 +123,10 @@ pub fn serve(
     // again (poll reports it whatever is asked).
     let mut hung_up = false;
     loop {
-        if status == Status::Closed {
-            return Left::Closed;
+        match status {
+            Status::Closed => return Left::Closed,
+            Status::Next(stage) => return Left::Next(stage),
+            Status::Open => {}
         }
         let ending = shared.server.ending();
         if ending != seen {

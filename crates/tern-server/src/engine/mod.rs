@@ -9,6 +9,8 @@
 //! - `event.rs`: a reactor (epoll) per worker thread.
 //! - `pool.rs`: fronts (epoll) accept and park idle connections; a fixed
 //!   set of threads serves those with work (`blocking.rs`).
+//! - `staged.rs`: the pool's fronts, and threads per stage (read, handle,
+//!   send, log) with bounded queues between them.
 //! - `per_request.rs`: a thread per connection (`blocking.rs`).
 //! - `front.rs`: starting threads, admission and counts, shared by all.
 
@@ -17,6 +19,7 @@ pub mod event;
 pub mod front;
 pub mod per_request;
 pub mod pool;
+pub mod staged;
 
 use std::io;
 use std::net::TcpListener;
@@ -33,7 +36,8 @@ pub fn stat_blocks(config: &Config, workers: usize) -> usize {
     match config.server.model {
         Model::Pool => pool::stat_blocks(workers, config.server.threads),
         Model::PerRequest => per_request::stat_blocks(config.server.max_threads),
-        Model::Event | Model::Staged => workers,
+        Model::Staged => staged::stat_blocks(workers, &config.staged),
+        Model::Event => workers,
     }
 }
 
@@ -57,6 +61,6 @@ pub fn start(shared: &Arc<Shared>, per_worker: Vec<Vec<TcpListener>>) -> io::Res
                 move |inbox, ready| per_request::run(&shared, listeners, inbox, ready)
             })
         }
-        Model::Staged => Err(io::Error::other("server.model \"staged\" is not built yet")),
+        Model::Staged => staged::start(shared, per_worker),
     }
 }

@@ -14,6 +14,10 @@
 //! has parked (a connection leaves one thread's count and joins the
 //! next's as it moves), which it publishes for room at the cap across
 //! fronts, as an event worker does.
+//!
+//! The staged engine (`staged.rs`) runs on these fronts and threads too:
+//! its fronts queue a connection into the queue of the stage its work is
+//! in, and each of its stages is a set of these threads.
 
 use std::io;
 use std::net::TcpListener;
@@ -21,6 +25,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crossbeam_channel as channel;
 use mio::unix::SourceFd;
@@ -47,58 +52,82 @@ pub fn stat_blocks(fronts: usize, threads: usize) -> usize {
     fronts + threads
 }
 
-/// A connection with work, for a pool thread.
-struct Work {
-    conn: Conn,
+/// A connection with work, for a pool (or stage) thread.
+pub(super) struct Work {
+    pub conn: Conn,
     /// The front it returns to.
-    front: usize,
+    pub front: usize,
     /// What epoll reported.
-    ready: Ready,
+    pub ready: Ready,
+    /// When it was queued (by the queuing thread's clock).
+    pub since: Instant,
 }
 
 /// Readiness as the event engine passes it to the connection.
 #[derive(Clone, Copy, Default)]
-struct Ready {
+pub(super) struct Ready {
     readable: bool,
     writable: bool,
     read_closed: bool,
     hangup: bool,
 }
 
-/// What a pool thread tells a front about one of its connections. Moved
-/// by value through the channel (boxing would allocate per park).
+/// What a thread tells a front about one of its connections. Moved by
+/// value through the channel (boxing would allocate per park).
 #[allow(clippy::large_enum_variant)]
-enum Back {
+pub(super) enum Back {
     /// Waiting on its socket: watch it again.
     Parked(Conn),
+    /// Has work for an earlier stage (the staged engine's next request):
+    /// queue it.
+    Ready(Conn),
     /// Closed (and uncounted server-wide).
     Closed,
 }
+
+/// Each front's way back from the threads: its returns, and the waker
+/// that makes it look at them.
+pub(super) type Backs = Arc<Vec<(channel::Sender<Back>, Arc<Waker>)>>;
 
 /// Starts a front per listener set, then the pool threads.
 pub fn start(shared: &Arc<Shared>, per_worker: Vec<Vec<TcpListener>>) -> io::Result<Started> {
     let fronts = per_worker.len();
     let (queue, work) = channel::unbounded::<Work>();
-    let mut backs = Vec::with_capacity(fronts);
-    let mut listeners = per_worker.into_iter();
-    let mut started = front::fronts(shared, fronts, "tern-front", |index| {
-        let (back, returns) = channel::unbounded::<Back>();
-        backs.push(back);
-        let (shared, queue, listeners) = (shared.clone(), queue.clone(), listeners.next().unwrap_or_default());
-        move |inbox, ready| run_front(&shared, index, listeners, inbox, ready, &queue, &returns)
-    })?;
-    // The fronts hold the only senders: once they have ended, the pool
-    // threads see the queue close and end too.
-    drop(queue);
-    let backs: Arc<Vec<(channel::Sender<Back>, Arc<Waker>)>> =
-        Arc::new(backs.into_iter().zip(started.doors.iter().map(|(_, waker)| waker.clone())).collect());
+    let (mut started, backs) = start_fronts(shared, per_worker, vec![queue])?;
     for i in 0..shared.config.server.threads {
         let (shared2, work, backs) = (shared.clone(), work.clone(), backs.clone());
-        let thread =
-            front::spawn(format!("tern-pool-{i}"), None, move || run_thread(&shared2, fronts + i, &work, &backs))?;
+        let thread = front::spawn(format!("tern-pool-{i}"), None, move || {
+            run_thread(&shared2, fronts + i, &work, |w, Work { mut conn, front, ready, .. }| {
+                let left = serve(&shared2, w, &mut conn, ready);
+                hand_back(&shared2, w, &backs, front, conn, left);
+            })
+        })?;
         started.threads.push(thread);
     }
     Ok(started)
+}
+
+/// Starts a front per listener set. A front queues a connection with work
+/// into `queues[i]`, `i` the index of the stage its work is in (0 when it
+/// is not driven by stages). The fronts hold the only senders they are
+/// given: once they have ended, the threads that take from those queues
+/// see them close.
+pub(super) fn start_fronts(
+    shared: &Arc<Shared>,
+    per_worker: Vec<Vec<TcpListener>>,
+    queues: Vec<channel::Sender<Work>>,
+) -> io::Result<(Started, Backs)> {
+    let fronts = per_worker.len();
+    let mut backs = Vec::with_capacity(fronts);
+    let mut listeners = per_worker.into_iter();
+    let started = front::fronts(shared, fronts, "tern-front", |index| {
+        let (back, returns) = channel::unbounded::<Back>();
+        backs.push(back);
+        let (shared, queues, listeners) = (shared.clone(), queues.clone(), listeners.next().unwrap_or_default());
+        move |inbox, ready| run_front(&shared, index, listeners, inbox, ready, &queues, &returns)
+    })?;
+    let backs = Arc::new(backs.into_iter().zip(started.doors.iter().map(|(_, waker)| waker.clone())).collect());
+    Ok((started, backs))
 }
 
 /// A front: accepts, parks idle connections, queues those with work.
@@ -108,7 +137,7 @@ fn run_front(
     listeners: Vec<TcpListener>,
     inbox: Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
-    queue: &channel::Sender<Work>,
+    queues: &[channel::Sender<Work>],
     returns: &channel::Receiver<Back>,
 ) {
     let (poll, waker, mut listeners) = match front::reactor(listeners) {
@@ -127,7 +156,7 @@ fn run_front(
         parked: Slab::with_capacity(1024),
         out: 0,
         ending: Ending::Running,
-        queue,
+        queues,
     };
     f.w.files.stop_watching();
     f.w.listeners = listeners.iter().map(AsRawFd::as_raw_fd).collect();
@@ -176,16 +205,17 @@ fn run_front(
         // Returns are looked at every turn: the waker may have been rung
         // for them in a turn that ended before they were sent.
         for back in returns.try_iter() {
+            f.out -= 1;
             match back {
                 Back::Parked(conn) => {
-                    f.out -= 1;
                     conn.arrive(&mut f.w);
                     f.park(conn);
                 }
-                Back::Closed => {
-                    f.out -= 1;
-                    f.w.stats.active.set(f.w.stats.active.get().saturating_sub(1));
+                Back::Ready(conn) => {
+                    conn.arrive(&mut f.w);
+                    f.dispatch(conn, Ready::default());
                 }
+                Back::Closed => f.w.stats.active.set(f.w.stats.active.get().saturating_sub(1)),
             }
         }
         for (i, more) in backlog.iter_mut().enumerate() {
@@ -260,7 +290,8 @@ struct Front<'s, 'q> {
     /// Connections out in the pool.
     out: usize,
     ending: Ending,
-    queue: &'q channel::Sender<Work>,
+    /// Where connections with work go (see [`start_fronts`]).
+    queues: &'q [channel::Sender<Work>],
 }
 
 impl Front<'_, '_> {
@@ -338,10 +369,13 @@ impl Front<'_, '_> {
         front::take(self.poll.registry(), &mut self.parked, key)
     }
 
+    /// Queues a connection with work. A full queue (the staged engine's
+    /// are bounded) holds the front until there is room: push-back.
     fn dispatch(&mut self, conn: Conn, ready: Ready) {
         conn.depart(&mut self.w);
-        let work = Work { conn, front: self.index, ready };
-        match self.queue.send(work) {
+        let queue = &self.queues[conn.stage().map_or(0, |stage| stage as usize)];
+        let work = Work { conn, front: self.index, ready, since: self.w.now };
+        match queue.send(work) {
             Ok(()) => self.out += 1,
             Err(back) => {
                 back.0.conn.arrive(&mut self.w);
@@ -356,12 +390,14 @@ impl Front<'_, '_> {
     }
 }
 
-/// A pool thread: serves connections from the queue while they have work.
-fn run_thread(
+/// A thread that serves connections taken from `work` (a pool thread, a
+/// stage's thread) with `serve`, and keeps its worker: clock, reaper, logs,
+/// memory after a burst.
+pub(super) fn run_thread(
     shared: &Shared,
     block: usize,
     work: &channel::Receiver<Work>,
-    backs: &[(channel::Sender<Back>, Arc<Waker>)],
+    mut serve: impl FnMut(&mut Worker<'_>, Work),
 ) {
     let mut w = shared.worker(block, Box::new(Asked));
     w.files.stop_watching();
@@ -371,35 +407,10 @@ fn run_thread(
         let taken = work.recv_timeout(wait);
         w.tick_clock();
         match taken {
-            Ok(Work { mut conn, front, ready: r }) => {
-                conn.arrive(&mut w);
+            Ok(taken) => {
+                taken.conn.arrive(&mut w);
                 w.note_open(shared.server.connections.load(Ordering::Relaxed));
-                w.stats.in_flight.set(1);
-                let status = front::guarded(&mut w, &mut conn, |c, w| {
-                    c.on_ready(shared, w, r.readable, r.writable, r.read_closed, r.hangup)
-                });
-                w.stats.in_flight.set(0);
-                let back = match blocking::serve(shared, &mut w, &mut conn, status, None, true, None) {
-                    Left::Parked | Left::Handover => {
-                        conn.depart(&mut w);
-                        Back::Parked(conn)
-                    }
-                    Left::Closed => {
-                        // Uncounted before the socket closes: a client that
-                        // sees the close may connect again at once.
-                        front::uncount(shared, &w, conn.peer());
-                        conn.recycle(&mut w);
-                        Back::Closed
-                    }
-                };
-                let (to, waker) = &backs[front];
-                if let Err(channel::SendError(Back::Parked(mut conn))) = to.send(back) {
-                    // The front has ended (its drain deadline passed).
-                    conn.arrive(&mut w);
-                    front::uncount(shared, &w, conn.peer());
-                    conn.recycle(&mut w);
-                }
-                let _ = waker.wake();
+                serve(&mut w, taken);
             }
             Err(channel::RecvTimeoutError::Timeout) => {}
             Err(channel::RecvTimeoutError::Disconnected) => break,
@@ -420,4 +431,49 @@ fn run_thread(
     }
     w.reaper.kill_all(&shared.server.cgi_running);
     w.flush_logs();
+}
+
+/// Runs a connection taken from a queue with what epoll reported, then on
+/// until it waits on its socket alone, closes, can be handed over, or
+/// moves to another stage.
+pub(super) fn serve(shared: &Shared, w: &mut Worker<'_>, conn: &mut Conn, r: Ready) -> Left {
+    w.stats.in_flight.set(1);
+    let status = front::guarded(w, conn, |c, w| c.on_ready(shared, w, r.readable, r.writable, r.read_closed, r.hangup));
+    w.stats.in_flight.set(0);
+    blocking::serve(shared, w, conn, status, None, true, None)
+}
+
+/// Tells `front` what became of one of its connections a thread served:
+/// waiting on its socket (or to be handed over: the front parks it), with
+/// work for an earlier stage (`Left::Next`: the staged engine's next
+/// request, which the front queues), or closed here.
+pub(super) fn hand_back(shared: &Shared, w: &mut Worker<'_>, backs: &Backs, front: usize, conn: Conn, left: Left) {
+    let back = match left {
+        Left::Parked | Left::Handover => {
+            conn.depart(w);
+            Back::Parked(conn)
+        }
+        Left::Next(_) => {
+            conn.depart(w);
+            Back::Ready(conn)
+        }
+        Left::Closed => {
+            close(shared, w, conn);
+            Back::Closed
+        }
+    };
+    let (to, waker) = &backs[front];
+    if let Err(channel::SendError(Back::Parked(conn) | Back::Ready(conn))) = to.send(back) {
+        // The front has ended (its drain deadline passed).
+        conn.arrive(w);
+        close(shared, w, conn);
+    }
+    let _ = waker.wake();
+}
+
+/// Closes a connection a thread holds: uncounted before the socket
+/// closes, as a client that sees the close may connect again at once.
+fn close(shared: &Shared, w: &mut Worker<'_>, mut conn: Conn) {
+    front::uncount(shared, w, conn.peer());
+    conn.recycle(w);
 }

@@ -9,9 +9,10 @@ use tern_http::{Method, Request};
 
 use super::fastcgi;
 use crate::compress::Compression;
-use crate::config::WhenFull;
-use crate::metrics::{Ending, Totals};
+use crate::config::{Model, WhenFull};
+use crate::metrics::{Ending, ServerStats, StageStats, Totals};
 use crate::reply::Reply;
+use crate::service_records::STAGES;
 use crate::static_io::METHODS;
 use crate::tls;
 use crate::worker::Worker;
@@ -89,6 +90,7 @@ pub fn serve(
             },
             "compression": compression_json(compression, &t),
             "fastcgi": fastcgi_json(fastcgi),
+            "stages": (config.server.model == Model::Staged).then(|| stages_json(server)),
             "tls": {
                 "connections": t.tls_active,
                 "handshakes": { "full": t.tls_full, "resumed": t.tls_resumed, "failed": t.tls_failed },
@@ -109,6 +111,9 @@ pub fn serve(
     let mut text = prometheus(&t, uptime, server.worker_threads, server.cgi_running.load(Relaxed) as u64);
     compression_prometheus(&mut text, compression, &t);
     fastcgi_prometheus(&mut text, fastcgi);
+    if config.server.model == Model::Staged {
+        stages_prometheus(&mut text, server);
+    }
     reply.head(200);
     reply.header("Content-Type", b"text/plain; version=0.0.4; charset=utf-8");
     reply.header("Cache-Control", b"no-store");
@@ -256,6 +261,43 @@ fn fastcgi_prometheus(s: &mut String, f: &fastcgi::Settings) {
     metric("bad_gateway_total", "counter", "Requests answered 502.", &|p| p.failed);
     metric("queue_timeouts_total", "counter", "Requests answered 503 after waiting.", &|p| p.queue_timeouts);
     metric("timeouts_total", "counter", "Requests answered 504.", &|p| p.timeouts);
+}
+
+/// The staged engine's stages: threads, queue length, busy time,
+/// connections taken.
+fn stages_json(server: &ServerStats) -> serde_json::Value {
+    let mut stages = serde_json::Map::new();
+    for (name, s) in STAGES.iter().zip(&server.stages) {
+        stages.insert(
+            (*name).into(),
+            serde_json::json!({
+                "threads": s.threads.load(Relaxed),
+                "queue": s.queue.load(Relaxed),
+                "busy_seconds": s.busy_us.load(Relaxed) as f64 / 1e6,
+                "taken": s.taken.load(Relaxed),
+            }),
+        );
+    }
+    stages.into()
+}
+
+fn stages_prometheus(s: &mut String, server: &ServerStats) {
+    let mut metric = |name: &str, kind: &str, help: &str, value: &dyn Fn(&StageStats) -> String| {
+        let _ = writeln!(s, "# HELP tern_stage_{name} {help}\n# TYPE tern_stage_{name} {kind}");
+        for (stage, st) in STAGES.iter().zip(&server.stages) {
+            let _ = writeln!(s, "tern_stage_{name}{{stage=\"{stage}\"}} {}", value(st));
+        }
+    };
+    metric("threads", "gauge", "Threads serving the stage.", &|st| st.threads.load(Relaxed).to_string());
+    metric("queue_length", "gauge", "Connections waiting in the stage's queue, as last seen.", &|st| {
+        st.queue.load(Relaxed).to_string()
+    });
+    metric("busy_seconds_total", "counter", "Time the stage's threads spent on connections.", &|st| {
+        format!("{:.6}", st.busy_us.load(Relaxed) as f64 / 1e6)
+    });
+    metric("taken_total", "counter", "Connections the stage took from its queue.", &|st| {
+        st.taken.load(Relaxed).to_string()
+    });
 }
 
 fn compression_prometheus(s: &mut String, c: &Compression, t: &Totals) {
