@@ -20,6 +20,7 @@
 #
 # Usage: bench/fastcgi.sh [php|e2|all]     env: DUR=5 REPS=3 CONNS=32
 #        WORKERS=2 CHILDREN=8 E2_REQS=1000 E2_RUNS=5 E2_CONNS=4 SKIP_BUILD=0
+#        SERVERS="tern nginx lighttpd h2o" (part "php": which servers, in order)
 # Output: tables on stdout and in bench/out/fastcgi-*/results.md, with the
 # machine's load before each part.
 set -euo pipefail
@@ -34,6 +35,7 @@ REPS=${REPS:-3}
 CONNS=${CONNS:-32}
 WORKERS=${WORKERS:-2}
 CHILDREN=${CHILDREN:-8}
+SERVERS=${SERVERS:-tern nginx lighttpd h2o}
 E2_REQS=${E2_REQS:-1000}
 E2_RUNS=${E2_RUNS:-5}
 E2_CONNS=${E2_CONNS:-4}
@@ -240,7 +242,9 @@ php_part() {
     machine_state
     say "php-fpm: $("$FPM_BIN" -v | head -n1); pm static, $CHILDREN children; wrk -t1 -c$CONNS -d$DUR, $REPS rounds; servers with $WORKERS workers"
     start_fpm
-    local servers=(tern nginx lighttpd h2o) r i name page port line
+    local -a servers
+    read -r -a servers <<<"$SERVERS"
+    local r i name page port line
     declare -A RES=()
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < ${#servers[@]}; i++)); do

@@ -17,6 +17,10 @@
 //! instead. A path that comes to name another file (a rename over it)
 //! marks the old inode too (its link count changes); renames of the
 //! directories above are seen after `open_file_valid`, as before.
+//!
+//! Beside the open files, the table remembers paths known to be regular
+//! files without holding them open (a FastCGI script's existence check):
+//! watched and trusted the same way, so a hit costs no system call either.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -137,6 +141,13 @@ struct Entry {
     changed: bool,
 }
 
+/// A path found to be a regular file (not held open).
+struct Known {
+    checked: Instant,
+    watch: i32,
+    changed: bool,
+}
+
 /// A worker's inotify instance and its watches.
 struct Changes {
     fd: OwnedFd,
@@ -151,6 +162,7 @@ const WATCHED: WatchFlags =
 
 pub struct OpenFileTable {
     entries: LruCache<Vec<u8>, Entry>,
+    known: LruCache<Vec<u8>, Known>,
     valid: Duration,
     changes: Option<Changes>,
 }
@@ -160,11 +172,8 @@ impl OpenFileTable {
         let changes = inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC)
             .ok()
             .map(|fd| Changes { fd, users: HashMap::new() });
-        OpenFileTable {
-            entries: LruCache::new(NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN)),
-            valid,
-            changes,
-        }
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
+        OpenFileTable { entries: LruCache::new(capacity), known: LruCache::new(capacity), valid, changes }
     }
 
     /// The descriptor that becomes readable when a watched file changes:
@@ -180,6 +189,7 @@ impl OpenFileTable {
         for (_, entry) in self.entries.iter_mut() {
             entry.watch = None;
         }
+        self.known.clear();
     }
 
     /// Reads the pending change reports and marks their entries stale.
@@ -219,6 +229,32 @@ impl OpenFileTable {
                 entry.watch = None;
             }
         }
+        for (_, known) in self.known.iter_mut() {
+            if everything || changed.contains(&known.watch) || gone.contains(&known.watch) {
+                known.changed = true;
+            }
+        }
+    }
+
+    /// Whether `key` was found to be a regular file ([`Self::note_regular`])
+    /// within `open_file_valid`, and no change to it was reported since.
+    pub fn known_regular(&mut self, key: &[u8], now: Instant) -> bool {
+        self.known.get(key).is_some_and(|k| !k.changed && now.saturating_duration_since(k.checked) < self.valid)
+    }
+
+    /// `key` was just found to be a regular file, through `fd` (any
+    /// descriptor of it, `O_PATH` included): remembered with its inode
+    /// watched. Without a watch nothing is remembered (it could not be
+    /// trusted).
+    pub fn note_regular(&mut self, key: &[u8], fd: BorrowedFd<'_>, now: Instant) {
+        if self.valid.is_zero() {
+            return;
+        }
+        let Some(watch) = self.watch(fd) else { return };
+        let known = Known { checked: now, watch, changed: false };
+        if let Some((_, old)) = self.known.push(key.to_vec(), known) {
+            self.unwatch(Some(old.watch));
+        }
     }
 
     /// The entry for `key`, and whether it is still within its validity
@@ -244,7 +280,7 @@ impl OpenFileTable {
     }
 
     pub fn insert(&mut self, key: &[u8], file: Arc<OpenFile>, now: Instant) {
-        let watch = self.watch(&file.file);
+        let watch = self.watch(file.file.as_fd());
         if let Some((_, old)) = self.entries.push(key.to_vec(), Entry { file, checked: now, watch, changed: false }) {
             self.unwatch(old.watch);
         }
@@ -264,11 +300,11 @@ impl OpenFileTable {
         self.entries.is_empty()
     }
 
-    /// Watches the inode behind `file` (through its descriptor's
-    /// `/proc/self/fd` link, so no path is looked up again).
-    fn watch(&mut self, file: &File) -> Option<i32> {
+    /// Watches the inode behind `fd` (through its `/proc/self/fd` link, so
+    /// no path is looked up again).
+    fn watch(&mut self, fd: BorrowedFd<'_>) -> Option<i32> {
         let changes = self.changes.as_mut()?;
-        let link = format!("/proc/self/fd/{}", file.as_raw_fd());
+        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let wd = inotify::add_watch(&changes.fd, link.as_str(), WATCHED).ok()?;
         *changes.users.entry(wd).or_insert(0) += 1;
         Some(wd)

@@ -88,9 +88,16 @@ impl Root {
     /// The metadata of `rel`, opened through the same checks as a file to
     /// serve (`O_PATH`: nothing is read).
     pub fn probe(&self, rel: &[u8]) -> Result<rustix::fs::Stat, ResolveError> {
+        self.probe_open(rel).map(|(_, stat)| stat)
+    }
+
+    /// [`Root::probe`], with the `O_PATH` descriptor it opened (to watch
+    /// the inode it names).
+    pub fn probe_open(&self, rel: &[u8]) -> Result<(OwnedFd, rustix::fs::Stat), ResolveError> {
         let flags = OFlags::PATH | OFlags::CLOEXEC;
         let fd = openat2(&self.dir, rel, flags, Mode::empty(), self.resolve).map_err(classify)?;
-        rustix::fs::fstat(&fd).map_err(classify)
+        let stat = rustix::fs::fstat(&fd).map_err(classify)?;
+        Ok((fd, stat))
     }
 
     fn open_at(&self, rel: &[u8]) -> Result<(OwnedFd, rustix::fs::Stat), ResolveError> {

@@ -7,6 +7,9 @@
 
 use std::io;
 use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, ThreadId};
 use std::time::{Instant, SystemTime};
 
 use tern_http::date::DateCache;
@@ -28,7 +31,68 @@ use crate::sys;
 /// `unwatch` stops it for one that lives on (a pooled FastCGI connection).
 pub trait Watcher: Send {
     fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()>;
+    /// Watches a socket for connection `conn` for reading, and for writing
+    /// only when `write` (a request to a backend is written as soon as it
+    /// starts: a watch for room all along would only report each time the
+    /// backend reads). `again`: this watcher watches it already (for
+    /// another connection, or in other directions); the watch is changed
+    /// and readiness reported afresh.
+    fn watch_socket(&self, conn: usize, fd: BorrowedFd<'_>, write: bool, again: bool) -> io::Result<()>;
     fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()>;
+    /// The reactor's doorbell, when the engine has one: connection code
+    /// elsewhere rings it to have a connection driven, with no descriptor
+    /// of its own to watch. Its identity is also the watcher's: a socket
+    /// another connection of the same reactor watched is still in the set,
+    /// to be watched `again`.
+    fn doorbell(&self) -> Option<&Arc<Doorbell>> {
+        None
+    }
+}
+
+/// A reactor's list of connections to drive because something happened
+/// for them that no descriptor reports (a pooled FastCGI connection handed
+/// to a request waiting for one), and how its thread is woken. A ring from
+/// the reactor's own thread costs no system call: the reactor looks at the
+/// list after each turn's events, before it waits again.
+pub struct Doorbell {
+    rung: Mutex<Vec<usize>>,
+    /// Whether `rung` may hold keys, read without the lock each turn.
+    pending: AtomicBool,
+    wake: Box<dyn Fn() + Send + Sync>,
+    owner: ThreadId,
+}
+
+impl Doorbell {
+    /// A doorbell for the calling thread's reactor, which `wake` rouses.
+    pub fn new(wake: Box<dyn Fn() + Send + Sync>) -> Doorbell {
+        Doorbell { rung: Mutex::default(), pending: AtomicBool::new(false), wake, owner: thread::current().id() }
+    }
+
+    /// Asks for connection `conn` to be driven.
+    pub fn ring(&self, conn: usize) {
+        let mut rung = self.rung.lock().unwrap_or_else(|e| e.into_inner());
+        let first = rung.is_empty();
+        rung.push(conn);
+        self.pending.store(true, Ordering::Release);
+        drop(rung);
+        // Woken once per batch: a later ring finds the reactor woken (or
+        // running, when it rang itself) and the list not yet taken.
+        if first && thread::current().id() != self.owner {
+            (self.wake)();
+        }
+    }
+
+    /// The connections rung for since the last call, into `keys`
+    /// (emptied first).
+    pub fn take(&self, keys: &mut Vec<usize>) {
+        keys.clear();
+        if !self.pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut rung = self.rung.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::swap(&mut *rung, keys);
+        self.pending.store(false, Ordering::Release);
+    }
 }
 
 /// The directions a blocking engine waits for on a descriptor: those the

@@ -490,6 +490,37 @@ fn kept_alive_connections_stay_at_the_pool_size() {
     assert!(php["reuse_ratio"].as_f64().unwrap() > 0.99);
 }
 
+/// One worker and more clients than connections: each freed connection
+/// goes straight to a request waiting on the same worker (its doorbell
+/// rung, the connection kept in its epoll set), never lost or doubled.
+#[test]
+fn one_worker_hands_its_connections_to_its_waiting_requests() {
+    let s = setup(3, "", "max_connections = 2\n[server]\nworkers = 1");
+    let failures = hammer(s.tern.addr, "/hello.php", 8, 2000);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(s.fpm.connections(), 2, "connections to php-fpm after 2,000 requests");
+    let php = &status_json(&s.tern)["fastcgi"]["backends"]["php"];
+    assert_eq!((php["connects"].as_u64(), php["reused"].as_u64()), (Some(2), Some(2000 - 2)), "{php}");
+    assert_eq!((php["open"].as_u64(), php["idle"].as_u64(), php["waiting"].as_u64()), (Some(2), Some(2), Some(0)));
+}
+
+/// A script found is remembered (no lookup per request), but its removal
+/// is seen at once: tern answers `404` itself (php-fpm's says "File not
+/// found."), and serves it again once it is back.
+#[test]
+fn a_removed_script_is_404_at_once() {
+    let s = setup(1, "", "");
+    for _ in 0..3 {
+        assert_eq!(get(s.tern.addr, "/hello.php", "").body, b"hello");
+    }
+    std::fs::remove_file(s.site.root.join("hello.php")).unwrap();
+    let r = get(s.tern.addr, "/hello.php", "");
+    assert_eq!(r.status, 404);
+    assert!(!String::from_utf8_lossy(&r.body).contains("File not found"), "php-fpm was asked");
+    std::fs::write(s.site.root.join("hello.php"), "<?php echo 'back';").unwrap();
+    assert_eq!(get(s.tern.addr, "/hello.php", "").body, b"back");
+}
+
 #[test]
 fn recycled_children_and_a_killed_php_fpm() {
     let mut s = setup(2, "pm.max_requests = 10", "max_connections = 2\nconnect_timeout = \"5s\"");

@@ -49,6 +49,10 @@ impl Watcher for Asked {
         Ok(())
     }
 
+    fn watch_socket(&self, _conn: usize, _fd: BorrowedFd<'_>, _write: bool, _again: bool) -> io::Result<()> {
+        Ok(())
+    }
+
     fn unwatch(&self, _fd: BorrowedFd<'_>) -> io::Result<()> {
         Ok(())
     }

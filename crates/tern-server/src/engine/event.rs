@@ -28,7 +28,7 @@ use crate::error_log::{self, log};
 use crate::handover::Moved;
 use crate::metrics::Ending;
 use crate::shared::Shared;
-use crate::worker::{Watcher, Worker};
+use crate::worker::{Doorbell, Watcher, Worker};
 
 use super::front::{self, LISTENER_BASE, WAKE};
 
@@ -66,8 +66,10 @@ pub fn run(
             return;
         }
     };
+    let bell_waker = waker.clone();
+    let doorbell = Arc::new(Doorbell::new(Box::new(move || _ = bell_waker.wake())));
     let _ = ready.send(Ok(waker));
-    let mut w = shared.worker(index, Box::new(EpollWatcher(registry)));
+    let mut w = shared.worker(index, Box::new(EpollWatcher { registry, doorbell: doorbell.clone() }));
     w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
     // A reactor: what may wait for a disk goes to the I/O pool.
     w.offload = shared.offload.as_ref();
@@ -85,8 +87,26 @@ pub fn run(
     // edge-triggered, so after a full batch no new event would come for
     // the connections left in the accept queue.
     let mut backlog = vec![false; listeners.len()];
+    let mut rung = Vec::new();
 
     loop {
+        // Connections rung for since the last wait (by this worker's own
+        // connections, which wake nobody, or by other workers), until
+        // driving them rings for no more.
+        loop {
+            doorbell.take(&mut rung);
+            if rung.is_empty() {
+                break;
+            }
+            for &key in &rung {
+                // A key rung for a connection that ended since may name a
+                // new one: it is driven for nothing, which does no harm.
+                if let Some(conn) = conns.get_mut(key) {
+                    let status = front::guarded(&mut w, conn, |c, w| c.on_backend_ready(shared, w, true, false, false));
+                    settle(shared, &mut w, &poll, &mut conns, key, status, ending);
+                }
+            }
+        }
         // A program that closed its output usually exits a moment later:
         // look again soon rather than at the next tick; a listener with a
         // backlog is accepted from at once.
@@ -261,16 +281,34 @@ fn register(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conn: &Conn, key: 
 }
 
 /// Backend descriptors join the worker's epoll set next to its sockets.
-struct EpollWatcher(mio::Registry);
+struct EpollWatcher {
+    registry: mio::Registry,
+    doorbell: Arc<Doorbell>,
+}
 
 impl Watcher for EpollWatcher {
     fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()> {
         let raw = fd.as_raw_fd();
-        self.0.register(&mut SourceFd(&raw), Token(conn * 2 + 1), Interest::READABLE | Interest::WRITABLE)
+        self.registry.register(&mut SourceFd(&raw), Token(conn * 2 + 1), Interest::READABLE | Interest::WRITABLE)
+    }
+
+    fn watch_socket(&self, conn: usize, fd: BorrowedFd<'_>, write: bool, again: bool) -> io::Result<()> {
+        let raw = fd.as_raw_fd();
+        let interest = if write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+        let token = Token(conn * 2 + 1);
+        if again {
+            self.registry.reregister(&mut SourceFd(&raw), token, interest)
+        } else {
+            self.registry.register(&mut SourceFd(&raw), token, interest)
+        }
     }
 
     fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
-        self.0.deregister(&mut SourceFd(&fd.as_raw_fd()))
+        self.registry.deregister(&mut SourceFd(&fd.as_raw_fd()))
+    }
+
+    fn doorbell(&self) -> Option<&Arc<Doorbell>> {
+        Some(&self.doorbell)
     }
 }
 

@@ -17,6 +17,7 @@
 //! crashed or failed after its head gets its response cut short and the
 //! connection closed, so the client can tell.
 
+use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -367,11 +368,15 @@ pub fn meta_variables(req: &Request<'_>, m: &Meta<'_>, set: &mut dyn FnMut(&[u8]
         set(b"PATH_TRANSLATED", &scratch);
     }
     set(b"QUERY_STRING", req.query.unwrap_or("").as_bytes());
-    set(b"REMOTE_ADDR", m.peer.ip().to_string().as_bytes());
+    let mut text = [0u8; IP_TEXT];
+    set(b"REMOTE_ADDR", ip_text(m.peer.ip(), &mut text));
     set(b"REMOTE_PORT", itoa::Buffer::new().format(m.peer.port()).as_bytes());
-    let host = req.host.filter(|h| !h.is_empty()).map_or_else(|| m.local.ip().to_string(), strip_port);
-    set(b"SERVER_NAME", host.as_bytes());
-    set(b"SERVER_ADDR", m.local.ip().to_string().as_bytes());
+    let local = ip_text(m.local.ip(), &mut text);
+    match req.host.filter(|h| !h.is_empty()) {
+        Some(host) => set(b"SERVER_NAME", strip_port(host).as_bytes()),
+        None => set(b"SERVER_NAME", local),
+    }
+    set(b"SERVER_ADDR", local);
     set(b"SERVER_PORT", itoa::Buffer::new().format(m.local.port()).as_bytes());
     set(b"REDIRECT_STATUS", b"200");
     if let Some(n) = m.body_len {
@@ -411,11 +416,41 @@ pub fn meta_variables(req: &Request<'_>, m: &Meta<'_>, set: &mut dyn FnMut(&[u8]
     }
 }
 
-fn strip_port(host: &str) -> String {
+fn strip_port(host: &str) -> Cow<'_, str> {
     if host.starts_with('[') {
-        return host.split_once(']').map_or(host, |(h, _)| h).to_string() + "]";
+        return match host.find(']') {
+            Some(end) => Cow::Borrowed(&host[..=end]),
+            None => Cow::Owned(format!("{host}]")),
+        };
     }
-    host.rsplit_once(':').map_or(host, |(h, _)| h).to_string()
+    Cow::Borrowed(host.rsplit_once(':').map_or(host, |(h, _)| h))
+}
+
+/// Room for an IP address as text (an IPv4-mapped IPv6 address is the
+/// longest, 45 bytes).
+const IP_TEXT: usize = 48;
+
+/// `ip` as text, formatted into `buf` (a meta-variable per request, so
+/// no allocation).
+fn ip_text(ip: std::net::IpAddr, buf: &mut [u8; IP_TEXT]) -> &[u8] {
+    let mut rest = &mut buf[..];
+    let _ = write!(rest, "{ip}");
+    let len = IP_TEXT - rest.len();
+    &buf[..len]
+}
+
+/// `n` in hex and CRLF: a chunk-size line, formatted into `buf`.
+fn chunk_size_line(mut n: usize, buf: &mut [u8; 18]) -> &[u8] {
+    buf[16..].copy_from_slice(b"\r\n");
+    let mut start = 16;
+    loop {
+        start -= 1;
+        buf[start] = b"0123456789abcdef"[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            return &buf[start..];
+        }
+    }
 }
 
 enum Output {
@@ -746,8 +781,8 @@ impl Response {
         let mut r = Reply::with(out, params);
         r.head(status);
         for (name, value) in &fields {
-            let lower = String::from_utf8_lossy(name).to_ascii_lowercase();
-            if lower == "status" || lower == "content-length" || HOP_BY_HOP.contains(&lower.as_str()) {
+            let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+            if is("status") || is("content-length") || HOP_BY_HOP.iter().any(|&h| is(h)) {
                 continue;
             }
             let buf = r.buf();
@@ -811,12 +846,13 @@ impl Response {
         }
         self.body_bytes += n as u64;
         if *framing == Framing::Chunked {
-            let size = format!("{n:x}\r\n");
+            let mut line = [0u8; 18];
+            let size = chunk_size_line(n, &mut line);
             if room >= size.len() {
                 // Leading zeros are valid in a chunk size.
-                out.buf[data_at - size.len()..data_at].copy_from_slice(size.as_bytes());
+                out.buf[data_at - size.len()..data_at].copy_from_slice(size);
             } else {
-                out.buf.splice(at..data_at, size.bytes());
+                out.buf.splice(at..data_at, size.iter().copied());
             }
             out.buf.extend_from_slice(b"\r\n");
         }
@@ -941,5 +977,15 @@ mod tests {
         assert_eq!(parse_status(b"100 Continue"), None);
         assert_eq!(strip_port("example.com:8080"), "example.com");
         assert_eq!(strip_port("[::1]:80"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
+        let mut text = [0u8; IP_TEXT];
+        let mapped: std::net::IpAddr = "::ffff:255.255.255.255".parse().unwrap();
+        assert_eq!(ip_text(mapped, &mut text), b"::ffff:255.255.255.255");
+        let longest: std::net::IpAddr = "1111:2222:3333:4444:5555:6666:7777:8888".parse().unwrap();
+        assert_eq!(ip_text(longest, &mut text), b"1111:2222:3333:4444:5555:6666:7777:8888");
+        let mut line = [0u8; 18];
+        assert_eq!(chunk_size_line(0, &mut line), b"0\r\n");
+        assert_eq!(chunk_size_line(0xffff, &mut line), b"ffff\r\n");
+        assert_eq!(chunk_size_line(usize::MAX, &mut line), b"ffffffffffffffff\r\n");
     }
 }

@@ -108,7 +108,7 @@ impl Site {
             app::answer(app, req, &w.path, reply);
             return Answer::Done;
         }
-        match self.fastcgi.locate(&self.root, &w.path, &mut w.scratch) {
+        match self.fastcgi.locate(&self.root, &w.path, &mut w.scratch, &mut w.files, w.now) {
             None => {}
             Some(Err(err)) => {
                 reply.error(err.status());
@@ -123,6 +123,7 @@ impl Site {
                     window: w.config.limits.body_buffer.usize(),
                     peer: peers.peer,
                     local: peers.local,
+                    doorbell: w.watcher.doorbell(),
                 };
                 return match fastcgi::start(req, launch) {
                     Ok(exchange) => Answer::Backend(Job::FastCgi(Box::new(exchange))),

@@ -7,10 +7,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::os::fd::AsFd;
+use std::time::Instant;
+
 use rustix::fs::FileType;
 
 use super::pool::Pool;
 use crate::config::Config;
+use crate::open_files::OpenFileTable;
 use crate::resolve::{ResolveError, Root};
 
 /// One configured backend: its routes, its pool and its limits.
@@ -69,8 +73,17 @@ impl Settings {
 
     /// The backend for the normalised path `rel`, if any; `scratch` holds
     /// the path for the split pattern. With `check_file`, the script must
-    /// be a regular file (else `404`).
-    pub fn locate(&self, root: &Root, rel: &[u8], scratch: &mut Vec<u8>) -> Option<Result<Route, ResolveError>> {
+    /// be a regular file (else `404`): a script found is remembered in the
+    /// worker's open-file table (`files`), watched and trusted as its
+    /// entries are, so a hit costs no system call.
+    pub fn locate(
+        &self,
+        root: &Root,
+        rel: &[u8],
+        scratch: &mut Vec<u8>,
+        files: &mut OpenFileTable,
+        now: Instant,
+    ) -> Option<Result<Route, ResolveError>> {
         if self.backends.is_empty() {
             return None;
         }
@@ -91,9 +104,11 @@ impl Settings {
             if !by_prefix && !by_extension {
                 continue;
             }
-            if backend.check_file {
-                match root.probe(script) {
-                    Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {}
+            if backend.check_file && !files.known_regular(script, now) {
+                match root.probe_open(script) {
+                    Ok((fd, stat)) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {
+                        files.note_regular(script, fd.as_fd(), now);
+                    }
                     Ok(_) if script.is_empty() => return Some(Err(ResolveError::Forbidden)),
                     Ok(_) => return Some(Err(ResolveError::NotFound)),
                     Err(e) => return Some(Err(e)),

@@ -23,10 +23,11 @@ use crate::error_log::log;
 use crate::reply::Params;
 use crate::site::cgi::{Pump, Response};
 use crate::sys;
-use crate::worker::{Wait, Worker};
+use crate::worker::{Doorbell, Wait, Worker};
 
 enum Stage {
-    /// Waiting in the pool's queue (its eventfd is the watched descriptor).
+    /// Waiting in the pool's queue (for the reactor's doorbell, or on the
+    /// ticket's eventfd, the watched descriptor).
     Queued(Arc<Ticket>),
     /// A TCP connection in progress.
     Connecting,
@@ -91,6 +92,12 @@ pub struct Exchange {
     backend: Arc<Backend>,
     stage: Stage,
     link: Option<OwnedFd>,
+    /// The link is in the reactor's epoll set already (watched for this
+    /// request, or still for the one before it on the same reactor).
+    registered: bool,
+    /// It is watched for room to write too (only once a write would block,
+    /// or while a TCP connect is in progress).
+    watched_for_room: bool,
     /// Whether this exchange holds one of the pool's places (a connection
     /// open or being opened).
     placed: bool,
@@ -120,17 +127,22 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// Takes a connection for the request (`doorbell`: the reactor's, to
+    /// be rung when a connection is granted after a wait).
     pub fn start(
         backend: Arc<Backend>,
         req: &Request<'_>,
         records: Vec<u8>,
         upload: Option<Upload>,
+        doorbell: Option<&Arc<Doorbell>>,
     ) -> Result<Exchange, u16> {
-        let checkout = backend.pool.checkout();
+        let checkout = backend.pool.checkout(doorbell);
         let mut x = Exchange {
             backend,
             stage: Stage::Talking,
             link: None,
+            registered: false,
+            watched_for_room: false,
             placed: false,
             reused: false,
             retried: false,
@@ -167,6 +179,8 @@ impl Exchange {
     fn adopt(&mut self, link: Link) {
         self.backend.pool.stats.reused.fetch_add(1, Relaxed);
         self.link = Some(link.fd);
+        // Handed on by a request of this reactor, its watch is moved here.
+        self.registered = link.home.is_some();
         self.input = link.buf;
         self.placed = true;
         self.reused = true;
@@ -179,6 +193,7 @@ impl Exchange {
     fn open(&mut self) -> Result<(), u16> {
         self.reused = false;
         self.received = false;
+        self.registered = false;
         match self.backend.pool.connect() {
             Ok((fd, connected)) => {
                 self.link = Some(fd);
@@ -202,8 +217,22 @@ impl Exchange {
         self.key = key;
         self.may_read = false;
         match (&self.stage, &self.link) {
-            (Stage::Queued(t), _) => w.watcher.watch(key, t.fd()),
-            (_, Some(fd)) => w.watcher.watch(key, fd.as_fd()),
+            (Stage::Queued(t), _) => match t.fd() {
+                Some(fd) => w.watcher.watch(key, fd),
+                None => {
+                    // The doorbell is rung for this connection from now;
+                    // a grant that came first is taken at once.
+                    self.may_read = t.ring_for(key);
+                    Ok(())
+                }
+            },
+            (stage, Some(fd)) => {
+                let write = matches!(stage, Stage::Connecting);
+                w.watcher.watch_socket(key, fd.as_fd(), write, self.registered)?;
+                self.registered = true;
+                self.watched_for_room = write;
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -213,7 +242,7 @@ impl Exchange {
     /// needs.
     pub fn wait(&self) -> Option<(std::os::fd::BorrowedFd<'_>, Wait)> {
         let (fd, wait) = match (&self.stage, &self.link) {
-            (Stage::Queued(t), _) => (t.fd(), Wait { read: !self.may_read, write: false }),
+            (Stage::Queued(t), _) => (t.fd()?, Wait { read: !self.may_read, write: false }),
             (Stage::Connecting, Some(fd)) => (fd.as_fd(), Wait { read: false, write: !self.may_write }),
             (Stage::Talking, Some(fd)) => {
                 (fd.as_fd(), Wait { read: !self.may_read, write: !self.may_write && self.writing() })
@@ -255,7 +284,7 @@ impl Exchange {
                     self.may_read = false;
                     return Pump::Wait;
                 };
-                // The ticket (and its eventfd, and so its watch) ends here.
+                // The ticket (and any eventfd, and so its watch) ends here.
                 self.stage = Stage::Talking;
                 match grant {
                     Grant::Idle(link) => self.adopt(link),
@@ -325,7 +354,17 @@ impl Exchange {
                     Some(up) if self.sent == self.records.len() => up.sent += n,
                     _ => self.sent += n,
                 },
-                Err(rustix::io::Errno::AGAIN) => self.may_write = false,
+                Err(rustix::io::Errno::AGAIN) => {
+                    self.may_write = false;
+                    if !self.watched_for_room {
+                        // Told when there is room again from now on.
+                        if let Err(e) = w.watcher.watch_socket(self.key, fd.as_fd(), true, true) {
+                            log!(Level::Error, "cannot watch a FastCGI connection: {e}");
+                            return Pump::Fail(502);
+                        }
+                        self.watched_for_room = true;
+                    }
+                }
                 Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return self.broken(w, &io::Error::from(e)),
             }
@@ -406,6 +445,7 @@ impl Exchange {
     /// connection. Otherwise `502`, or a cut response when its head is out.
     fn broken(&mut self, w: &Worker<'_>, err: &io::Error) -> Pump {
         self.link = None;
+        self.registered = false;
         if self.reused && !self.received && !self.retried {
             self.retried = true;
             self.backend.pool.stats.retried.fetch_add(1, Relaxed);
@@ -470,16 +510,28 @@ impl Exchange {
 
     /// Ends the exchange: a link that finished its request cleanly goes
     /// back to the pool (unless `close`); anything else is closed, which
-    /// also tells the backend to abandon the request.
+    /// also tells the backend to abandon the request. A link handed to a
+    /// request waiting on the same reactor stays in its epoll set.
     pub fn end(&mut self, w: &Worker<'_>, close: bool) {
-        if !close && self.reusable {
-            if let Some(fd) = self.link.take() {
-                let _ = w.watcher.unwatch(fd.as_fd());
-                self.placed = false;
-                let buf = std::mem::take(&mut self.input);
-                self.backend.pool.put_back(Link { fd, buf });
-            }
+        if close || !self.reusable {
+            return;
         }
+        let Some(fd) = self.link.take() else { return };
+        self.placed = false;
+        let buf = std::mem::take(&mut self.input);
+        let pool = &self.backend.pool;
+        let home = w.watcher.doorbell().filter(|_| self.registered).cloned();
+        let link = match home {
+            Some(home) => match pool.hand_on(Link { fd, buf, home: Some(home) }) {
+                Some(link) => link,
+                None => return,
+            },
+            None => Link { fd, buf, home: None },
+        };
+        if self.registered {
+            let _ = w.watcher.unwatch(link.fd.as_fd());
+        }
+        pool.put_back(Link { home: None, ..link });
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Launch<'a> {
     pub window: usize,
     pub peer: std::net::SocketAddr,
     pub local: std::net::SocketAddr,
+    /// The reactor's doorbell (see [`pool`]), if the engine has one.
+    pub doorbell: Option<&'a std::sync::Arc<crate::worker::Doorbell>>,
 }
 
 /// Encodes the request's records (with a body held in memory; a spooled
@@ -63,5 +65,5 @@ pub fn start(req: &Request<'_>, l: Launch<'_>) -> Result<Exchange, u16> {
             None
         }
     };
-    Exchange::start(backend, req, records, upload)
+    Exchange::start(backend, req, records, upload, l.doorbell)
 }

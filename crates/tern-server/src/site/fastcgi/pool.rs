@@ -2,27 +2,39 @@
 //! connections, a count of open ones never past the cap, and a FIFO of
 //! requests waiting for one.
 //!
-//! A waiting request holds a [`Ticket`] whose eventfd its worker watches
-//! as the connection's backend descriptor; whoever frees a connection (on
-//! any worker) hands it to the first ticket and signals the eventfd, so a
+//! A waiting request holds a [`Ticket`]; whoever frees a connection (on
+//! any worker) hands it to the first ticket and rings the waiting worker's
+//! doorbell (a reactor's: no descriptor per wait, and no system call when
+//! the worker rings itself) or signals the ticket's eventfd (a thread
+//! that blocks waits on it as the connection's backend descriptor), so a
 //! wait never blocks a reactor and no worker looks at another's
 //! connections.
+//!
+//! A connection handed straight to a request of the same reactor stays in
+//! that reactor's epoll set (it is moved to the new request's token, one
+//! system call instead of two); one that goes idle or to another worker
+//! leaves it first.
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::config::FastCgiAddress;
+use crate::sys;
+use crate::worker::Doorbell;
 
 /// A kept-alive connection and the buffer its replies are read into,
 /// which stays with it so an exchange on it allocates none.
 pub struct Link {
     pub fd: OwnedFd,
     pub buf: Vec<u8>,
+    /// The reactor whose epoll set still holds it (for the request that
+    /// used it last), known by its doorbell; `None` in the idle list.
+    pub home: Option<Arc<Doorbell>>,
 }
 
 /// What a freed place in the pool becomes for a waiting request.
@@ -36,13 +48,40 @@ pub enum Grant {
 /// A request waiting for a connection.
 pub struct Ticket {
     grant: Mutex<Option<Grant>>,
-    event: OwnedFd,
+    notify: Notify,
 }
 
+/// How a waiting request learns of its grant.
+enum Notify {
+    /// An eventfd its thread waits on.
+    Event(OwnedFd),
+    /// Its reactor's doorbell, rung with its connection's key (set once
+    /// the connection knows the ticket: [`Ticket::ring_for`]).
+    Bell(Arc<Doorbell>, AtomicUsize),
+}
+
+/// The connection key of a ticket not yet claimed by its connection.
+const NO_KEY: usize = usize::MAX;
+
 impl Ticket {
-    /// What the waiting request's worker watches.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.event.as_fd()
+    /// What the waiting request's worker watches: the eventfd of a thread
+    /// that blocks (a reactor's request waits for its doorbell instead).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        match &self.notify {
+            Notify::Event(fd) => Some(fd.as_fd()),
+            Notify::Bell(..) => None,
+        }
+    }
+
+    /// Connection `key` waits on this ticket: a grant rings for it. True
+    /// when a grant came before (nobody was rung for it).
+    pub fn ring_for(&self, key: usize) -> bool {
+        let Notify::Bell(_, k) = &self.notify else { return false };
+        // Under the grant's lock, so a grant cannot slip between the store
+        // and the look.
+        let grant = self.grant.lock().unwrap_or_else(|e| e.into_inner());
+        k.store(key, Relaxed);
+        grant.is_some()
     }
 
     /// The grant, once one was handed over.
@@ -106,8 +145,9 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// An idle connection, a place to open one, or a place in the queue.
-    pub fn checkout(&self) -> io::Result<Checkout> {
+    /// An idle connection, a place to open one, or a place in the queue
+    /// (told by `doorbell`, the waiting worker's when it is a reactor).
+    pub fn checkout(&self, doorbell: Option<&Arc<Doorbell>>) -> io::Result<Checkout> {
         let mut s = self.state();
         if let Some(link) = s.idle.pop() {
             return Ok(Checkout::Idle(link));
@@ -116,16 +156,37 @@ impl Pool {
             s.open += 1;
             return Ok(Checkout::Connect);
         }
-        let event =
-            rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK)?;
-        let ticket = Arc::new(Ticket { grant: Mutex::new(None), event });
+        let notify = match doorbell {
+            Some(bell) => Notify::Bell(bell.clone(), AtomicUsize::new(NO_KEY)),
+            None => Notify::Event(sys::eventfd()?),
+        };
+        let ticket = Arc::new(Ticket { grant: Mutex::new(None), notify });
         s.waiting.push_back(ticket.clone());
         Ok(Checkout::Wait(ticket))
     }
 
-    /// A connection that stays usable: to the first waiting request, else
-    /// idle.
+    /// A connection that stays usable, still watched by the reactor its
+    /// `home` names: handed to the first waiting request when that one
+    /// waits on the same reactor (and `None` returned); otherwise given
+    /// back, to be unwatched and [`Pool::put_back`].
+    pub fn hand_on(&self, link: Link) -> Option<Link> {
+        let mut s = self.state();
+        let local = match (s.waiting.front().map(|t| &t.notify), &link.home) {
+            (Some(Notify::Bell(bell, _)), Some(home)) => Arc::ptr_eq(bell, home),
+            _ => false,
+        };
+        if !local {
+            return Some(link);
+        }
+        let t = s.waiting.pop_front().expect("a first waiting request");
+        hand(&t, Grant::Idle(link));
+        None
+    }
+
+    /// A connection that stays usable (watched by no reactor): to the first
+    /// waiting request, else idle.
     pub fn put_back(&self, link: Link) {
+        debug_assert!(link.home.is_none(), "a pooled connection still watched");
         let mut s = self.state();
         match s.waiting.pop_front() {
             Some(t) => hand(&t, Grant::Idle(link)),
@@ -150,8 +211,10 @@ impl Pool {
         s.waiting.retain(|t| !Arc::ptr_eq(t, ticket));
         drop(s);
         match ticket.take() {
-            Some(Grant::Idle(link)) => self.put_back(link),
-            Some(Grant::Permit) => self.release(),
+            Some(Grant::Idle(link)) if link.home.is_none() => self.put_back(link),
+            // One still in its reactor's epoll set, which only that reactor
+            // may change: closed, and its place passed on.
+            Some(Grant::Idle(_) | Grant::Permit) => self.release(),
             None => {}
         }
     }
@@ -186,10 +249,23 @@ impl Pool {
     }
 }
 
-/// Gives `grant` to a waiting request and wakes its worker.
+/// Gives `grant` to a waiting request (taken off the queue) and wakes its
+/// worker. Called under the pool's lock, so a request that gives up
+/// ([`Pool::cancel`]) either is still queued or finds the grant.
 fn hand(t: &Ticket, grant: Grant) {
-    *t.grant.lock().unwrap_or_else(|e| e.into_inner()) = Some(grant);
-    let _ = rustix::io::write(&t.event, &1u64.to_ne_bytes());
+    let mut slot = t.grant.lock().unwrap_or_else(|e| e.into_inner());
+    *slot = Some(grant);
+    match &t.notify {
+        Notify::Event(fd) => sys::signal_eventfd(fd.as_fd()),
+        Notify::Bell(bell, key) => {
+            let key = key.load(Relaxed);
+            drop(slot);
+            // Not claimed yet: the connection looks when it claims it.
+            if key != NO_KEY {
+                bell.ring(key);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +276,17 @@ mod tests {
         Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), cap)
     }
 
+    fn link(home: Option<&Arc<Doorbell>>) -> Link {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        Link { fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned() }
+    }
+
+    fn rung(bell: &Doorbell) -> Vec<usize> {
+        let mut keys = Vec::new();
+        bell.take(&mut keys);
+        keys
+    }
+
     fn readable(fd: BorrowedFd<'_>) -> bool {
         let mut buf = [0u8; 8];
         rustix::io::read(fd, &mut buf).is_ok()
@@ -208,22 +295,21 @@ mod tests {
     #[test]
     fn never_past_the_cap_and_first_come_first_served() {
         let p = pool(2);
-        assert!(matches!(p.checkout().unwrap(), Checkout::Connect));
-        assert!(matches!(p.checkout().unwrap(), Checkout::Connect));
-        let Checkout::Wait(first) = p.checkout().unwrap() else { panic!("a third request must wait") };
-        let Checkout::Wait(second) = p.checkout().unwrap() else { panic!("a fourth request must wait") };
+        assert!(matches!(p.checkout(None).unwrap(), Checkout::Connect));
+        assert!(matches!(p.checkout(None).unwrap(), Checkout::Connect));
+        let Checkout::Wait(first) = p.checkout(None).unwrap() else { panic!("a third request must wait") };
+        let Checkout::Wait(second) = p.checkout(None).unwrap() else { panic!("a fourth request must wait") };
         assert_eq!(p.snapshot().waiting, 2);
-        assert!(!readable(first.fd()));
+        assert!(!readable(first.fd().unwrap()));
 
         // A kept-alive connection goes to the first waiter, woken.
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        p.put_back(Link { fd: OwnedFd::from(a), buf: Vec::new() });
-        assert!(readable(first.fd()));
+        p.put_back(link(None));
+        assert!(readable(first.fd().unwrap()));
         assert!(matches!(first.take(), Some(Grant::Idle(_))));
-        assert!(!readable(second.fd()));
+        assert!(!readable(second.fd().unwrap()));
         // A closed one leaves a permit to the next; the count stays at 2.
         p.release();
-        assert!(readable(second.fd()));
+        assert!(readable(second.fd().unwrap()));
         assert!(matches!(second.take(), Some(Grant::Permit)));
         assert_eq!(p.snapshot().open, 2);
         p.release();
@@ -234,15 +320,57 @@ mod tests {
     #[test]
     fn a_cancelled_wait_passes_its_grant_on() {
         let p = pool(1);
-        assert!(matches!(p.checkout().unwrap(), Checkout::Connect));
-        let Checkout::Wait(gone) = p.checkout().unwrap() else { panic!() };
-        let Checkout::Wait(next) = p.checkout().unwrap() else { panic!() };
+        assert!(matches!(p.checkout(None).unwrap(), Checkout::Connect));
+        let Checkout::Wait(gone) = p.checkout(None).unwrap() else { panic!() };
+        let Checkout::Wait(next) = p.checkout(None).unwrap() else { panic!() };
         p.release(); // to `gone`, which gives up without using it
         p.cancel(&gone);
         assert!(matches!(next.take(), Some(Grant::Permit)));
         p.cancel(&next); // nothing to pass on
         assert_eq!(p.snapshot().waiting, 0);
         assert_eq!(p.snapshot().open, 1);
+    }
+
+    #[test]
+    fn a_reactor_waits_on_its_doorbell_and_keeps_what_it_watches() {
+        let p = pool(1);
+        let (here, there) = (Arc::new(Doorbell::new(Box::new(|| {}))), Arc::new(Doorbell::new(Box::new(|| {}))));
+        assert!(matches!(p.checkout(Some(&here)).unwrap(), Checkout::Connect));
+        let Checkout::Wait(first) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        let Checkout::Wait(second) = p.checkout(Some(&there)).unwrap() else { panic!() };
+        assert!(first.fd().is_none(), "no descriptor per wait on a reactor");
+        assert!(!first.ring_for(7) && !second.ring_for(9));
+
+        // Freed on the first waiter's reactor: handed over still watched,
+        // the doorbell rung for its connection.
+        assert!(p.hand_on(link(Some(&here))).is_none());
+        assert_eq!(rung(&here), [7]);
+        let Some(Grant::Idle(l)) = first.take() else { panic!("the link") };
+        assert!(l.home.is_some_and(|h| Arc::ptr_eq(&h, &here)));
+        // The next waiter is another reactor's: given back, to be
+        // unwatched, then handed on.
+        let Some(mut l) = p.hand_on(link(Some(&here))) else { panic!("not for another reactor") };
+        assert!(rung(&there).is_empty());
+        l.home = None;
+        p.put_back(l);
+        assert_eq!(rung(&there), [9]);
+        assert!(matches!(second.take(), Some(Grant::Idle(_))));
+
+        // A grant before the connection claimed its ticket rings nobody;
+        // the claim says it came.
+        let Checkout::Wait(late) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        p.release();
+        assert!(rung(&here).is_empty());
+        assert!(late.ring_for(3));
+        // A waiter that gives up on a connection still watched closes it:
+        // its place goes on.
+        let Checkout::Wait(gone) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        let Checkout::Wait(next) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        assert!(!gone.ring_for(4) && !next.ring_for(5));
+        assert!(p.hand_on(link(Some(&here))).is_none());
+        p.cancel(&gone);
+        assert_eq!(rung(&here), [4, 5]);
+        assert!(matches!(next.take(), Some(Grant::Permit)));
     }
 
     #[test]

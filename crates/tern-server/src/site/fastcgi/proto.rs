@@ -89,12 +89,21 @@ impl<'a> Params<'a> {
         self.buf.extend_from_slice(value);
     }
 
-    /// Closes the stream (its records, then the empty one).
+    /// Closes the stream (its records, then the empty one). Content that
+    /// fits one record stays where it was written: only the provisional
+    /// header's length is filled in.
     pub fn finish(self) {
         let content_at = self.start + HEADER_LEN;
-        let content = self.buf.split_off(content_at);
-        self.buf.truncate(self.start);
-        stream(self.buf, PARAMS, self.id, &content);
+        let len = self.buf.len() - content_at;
+        if len == 0 {
+            self.buf.truncate(self.start);
+        } else if len <= MAX_CONTENT {
+            self.buf[self.start + 4..self.start + 6].copy_from_slice(&(len as u16).to_be_bytes());
+        } else {
+            let content = self.buf.split_off(content_at);
+            self.buf.truncate(self.start);
+            stream(self.buf, PARAMS, self.id, &content);
+        }
         end_stream(self.buf, PARAMS, self.id);
     }
 }
@@ -284,6 +293,11 @@ mod tests {
             [1, 4, 0, 3, ((content_len - 0xffff) >> 8) as u8, (content_len - 0xffff) as u8, 0, 0]
         );
         assert_eq!(&buf[buf.len() - 8..], [1, 4, 0, 3, 0, 0, 0, 0]);
+
+        // No pairs: just the closing record.
+        buf.clear();
+        Params::new(&mut buf, 1).finish();
+        assert_eq!(buf, [1, 4, 0, 1, 0, 0, 0, 0]);
 
         buf.clear();
         stream(&mut buf, STDIN, 1, b"xy");
