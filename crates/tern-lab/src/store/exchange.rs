@@ -97,3 +97,17 @@ pub fn csv(runs: &[Run]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    /// Values seen to come back one unit in the last place off when the
+    /// JSON parser is not exact: `import` must give back what was exported.
+    #[test]
+    fn exported_values_read_back_bit_for_bit() {
+        for v in [1168.0806708563425f64, 15437.603533735373, 0.1 + 0.2, 123456.78901234567, 5e-324] {
+            let text = serde_json::to_string(&v).unwrap();
+            let back: f64 = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.to_bits(), v.to_bits(), "{text}");
+        }
+    }
+}
