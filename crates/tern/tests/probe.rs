@@ -82,7 +82,7 @@ fn compile(dir: &Path, name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/probe_refs").join(format!("{name}.c"));
     let bin = dir.join(name);
     let out = Command::new("gcc")
-        .args(["-O2", "-o"])
+        .args(["-O2", "-pthread", "-o"])
         .arg(&bin)
         .arg(&src)
         .output()
@@ -179,8 +179,16 @@ fn every_suite_yields_sane_figures() {
     assert!(overhead >= shell && overhead < shell + 1_000.0, "shell {shell} ns not subtracted: {sleep}");
     // Scratch files are cleaned up, and the filesystem is named.
     assert_eq!(std::fs::read_dir(path).unwrap().count(), 0, "scratch files left in {path}");
-    let disk = r["suites"].as_array().unwrap().iter().find(|s| s["suite"] == "disk").unwrap();
-    assert!(disk["notes"][0].as_str().unwrap().contains(" is on "), "{}", disk["notes"]);
+    let notes = |suite: &str| &r["suites"].as_array().unwrap().iter().find(|s| s["suite"] == suite).unwrap()["notes"];
+    assert!(notes("disk")[0].as_str().unwrap().contains(" is on "), "{}", notes("disk"));
+    // The size of the process the forks copy, which bench/probe.sh reads
+    // back to grow its C reference to.
+    let footprint = notes("processes")[0].as_str().unwrap();
+    let numbers: Vec<u64> = footprint.split(' ').filter_map(|w| w.trim_end_matches(',').parse().ok()).collect();
+    assert!(
+        footprint.starts_with("forked from this process: ") && numbers.len() == 3 && numbers.iter().all(|&n| n > 0),
+        "{footprint}"
+    );
     // A page fault costs something, far less than a fork.
     let fault = figure(&r, "files", "page fault (anonymous, first write), per page of 256")["corrected_ns"]["median"]
         .as_f64()

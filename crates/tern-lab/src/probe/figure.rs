@@ -197,6 +197,37 @@ impl Sampling {
         let intervals = (0..self.samples.max(1)).map(|_| sample(iterations)).collect::<io::Result<Vec<_>>>()?;
         Ok(Figure::from_intervals(name, iterations, &intervals, &self.overhead, bytes_per_op))
     }
+
+    /// Figures of operations that are subtracted from one another (a
+    /// command and the shell that starts it): each is calibrated, then their
+    /// samples are taken in turn, one of each again and again, so a change in
+    /// the machine's state during the run weighs on all of them alike rather
+    /// than on whichever happened to be sampled then.
+    pub fn measure_interleaved(&self, ops: &mut [Op<'_>]) -> io::Result<Vec<Figure>> {
+        let iterations = ops
+            .iter_mut()
+            .map(|op| calibrate(self.target_ns, |n| (op.sample)(n).map(|i| i.ns)))
+            .collect::<io::Result<Vec<u64>>>()?;
+        let mut intervals = vec![Vec::with_capacity(self.samples); ops.len()];
+        for _ in 0..self.samples.max(1) {
+            for ((op, &n), taken) in ops.iter_mut().zip(&iterations).zip(&mut intervals) {
+                taken.push((op.sample)(n)?);
+            }
+        }
+        Ok(ops
+            .iter()
+            .zip(iterations)
+            .zip(intervals)
+            .map(|((op, n), taken)| Figure::from_intervals(op.name, n, &taken, &self.overhead, None))
+            .collect())
+    }
+}
+
+/// An operation to measure among others ([`Sampling::measure_interleaved`]):
+/// its figure's name and what runs `n` of it and times them.
+pub struct Op<'a> {
+    pub name: &'a str,
+    pub sample: &'a mut dyn FnMut(u64) -> io::Result<Interval>,
 }
 
 #[cfg(test)]
@@ -259,6 +290,30 @@ mod tests {
         let mut f = Figure::from_intervals("map 256 pages", 1, &[interval(256_021, 1); 3], &O, None);
         f.per(256);
         assert_eq!((f.corrected_ns.median, f.value, f.unit.as_str(), f.iterations), (1_000.0, 1_000.0, "ns", 256));
+    }
+
+    #[test]
+    fn interleaved_operations_are_calibrated_each_then_sampled_in_turn() {
+        let sampling = Sampling { samples: 3, target_ns: 1_000_000, overhead: O };
+        let calls = std::cell::RefCell::new(Vec::new());
+        // `a` takes 1 ms an operation, `b` 100 µs: 1 and 10 per interval.
+        let mut a = |n: u64| {
+            calls.borrow_mut().push(('a', n));
+            Ok(interval(n * 1_000_000, n))
+        };
+        let mut b = |n: u64| {
+            calls.borrow_mut().push(('b', n));
+            Ok(interval(n * 100_000, n))
+        };
+        let figures = sampling
+            .measure_interleaved(&mut [Op { name: "a", sample: &mut a }, Op { name: "b", sample: &mut b }])
+            .unwrap();
+        let calls = calls.into_inner();
+        // Calibration: a at 1 (twice), b at 1, 8 (twice); then the samples alternate.
+        assert_eq!(calls[..5], [('a', 1), ('a', 1), ('b', 1), ('b', 8), ('b', 8)]);
+        assert_eq!(calls[5..], [('a', 1), ('b', 10), ('a', 1), ('b', 10), ('a', 1), ('b', 10)]);
+        assert_eq!((figures[0].name.as_str(), figures[0].iterations, figures[0].samples), ("a", 1, 3));
+        assert_eq!((figures[1].name.as_str(), figures[1].iterations, figures[1].samples), ("b", 10, 3));
     }
 
     #[test]

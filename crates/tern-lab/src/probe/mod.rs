@@ -124,6 +124,14 @@ impl Ctx<'_> {
         self.sampling.measure(name, bytes_per_op, sample)
     }
 
+    /// Figures sampled in turn (see [`Sampling::measure_interleaved`]).
+    pub fn measure_interleaved(&self, ops: &mut [figure::Op<'_>]) -> io::Result<Vec<Figure>> {
+        if let Some(op) = ops.first() {
+            self.show(op.name);
+        }
+        self.sampling.measure_interleaved(ops)
+    }
+
     /// A figure with a fixed iteration count (see [`Sampling::measure_fixed`]).
     pub fn measure_fixed(
         &self,

@@ -1,12 +1,16 @@
 /* Independent reference for `tern probe net`: TCP round trips of SIZE bytes
- * on loopback between this process and a forked echo child, TCP_NODELAY on
- * both sides; ROUNDS rounds (default 100) of N round trips (default 100);
- * prints the best and the median round in ns per round trip, with nothing
- * subtracted.
- * Usage: tcp_pingpong [SIZE [N [ROUNDS]]] */
+ * on loopback against an echo peer, TCP_NODELAY on both sides; ROUNDS rounds
+ * (default 100) of N round trips (default 100); prints the best and the
+ * median round in ns per round trip, with nothing subtracted. PEER is
+ * "process" (default: a forked echo child) or "thread" (an echo thread, as
+ * tern's loopback peer is: on one CPU a round trip then switches threads,
+ * not address spaces, which is cheaper).
+ * Usage: tcp_pingpong [SIZE [N [ROUNDS [PEER]]]] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,16 +31,34 @@ static int full(ssize_t (*io)(int, void *, size_t), int fd, char *buf, size_t le
 static ssize_t rd(int fd, void *b, size_t n) { return read(fd, b, n); }
 static ssize_t wr(int fd, void *b, size_t n) { return write(fd, b, n); }
 
+static size_t size;
+static int lst;
+
+/* Accepts one connection and echoes SIZE-byte messages until it closes. */
+static void *echo(void *arg) {
+    int one = 1;
+    char *buf = calloc(1, size);
+    int c = accept(lst, NULL, NULL);
+    (void)arg;
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    while (full(rd, c, buf, size) == 0 && full(wr, c, buf, size) == 0) {
+    }
+    close(c);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
-    size_t size = argc > 1 ? (size_t)atol(argv[1]) : 1024;
+    size = argc > 1 ? (size_t)atol(argv[1]) : 1024;
     long n = argc > 2 ? atol(argv[2]) : 100;
     int rounds = argc > 3 ? atoi(argv[3]) : 100;
-    if (size < 1 || n < 1 || rounds < 1)
+    const char *peer = argc > 4 ? argv[4] : "process";
+    int threaded = strcmp(peer, "thread") == 0;
+    if (size < 1 || n < 1 || rounds < 1 || (!threaded && strcmp(peer, "process") != 0))
         return 2;
     double *per = calloc(rounds, sizeof *per);
     char *buf = calloc(1, size);
     int one = 1;
-    int lst = socket(AF_INET, SOCK_STREAM, 0);
+    lst = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t alen = sizeof addr;
     if (bind(lst, (struct sockaddr *)&addr, sizeof addr) || listen(lst, 1) ||
@@ -44,12 +66,13 @@ int main(int argc, char **argv) {
         perror("listen");
         return 1;
     }
-    pid_t child = fork();
-    if (child == 0) {
-        int c = accept(lst, NULL, NULL);
-        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        while (full(rd, c, buf, size) == 0 && full(wr, c, buf, size) == 0) {
-        }
+    pid_t child = -1;
+    pthread_t thread;
+    if (threaded) {
+        if (pthread_create(&thread, NULL, echo, NULL))
+            return 1;
+    } else if ((child = fork()) == 0) {
+        echo(NULL);
         _exit(0);
     }
     int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -68,7 +91,10 @@ int main(int argc, char **argv) {
         per[round] = (now() - t0) / n;
     }
     close(s);
-    waitpid(child, NULL, 0);
+    if (threaded)
+        pthread_join(thread, NULL);
+    else
+        waitpid(child, NULL, 0);
     print_best_median(per, rounds, "%.0f %.0f\n");
     return 0;
 }

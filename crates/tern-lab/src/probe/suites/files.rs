@@ -11,6 +11,7 @@ use std::os::unix::fs::FileExt;
 
 use super::super::{Ctx, Figure};
 use super::ipc::size_label;
+use super::{page_size, Mapping};
 use crate::probe::stopwatch::Interval;
 
 const SIZES: &[usize] = &[4096, 65536, 1 << 20, 8 << 20];
@@ -20,36 +21,6 @@ const FAULT_PAGES: usize = 256;
 
 fn os(ret: isize) -> io::Result<usize> {
     usize::try_from(ret).map_err(|_| io::Error::last_os_error())
-}
-
-/// A mapping of `len` bytes, unmapped on drop.
-struct Mapping(*mut libc::c_void, usize);
-
-impl Mapping {
-    fn new(len: usize, fd: Option<&File>) -> io::Result<Mapping> {
-        let (prot, flags, fd) = match fd {
-            Some(f) => (libc::PROT_READ, libc::MAP_SHARED, f.as_raw_fd()),
-            None => (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
-        };
-        // SAFETY: a fresh mapping chosen by the kernel; checked for failure.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping(p, len))
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is readable for its length while it lives.
-        unsafe { std::slice::from_raw_parts(self.0 as *const u8, self.1) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what `new` mapped.
-        unsafe { libc::munmap(self.0, self.1) };
-    }
 }
 
 /// A loopback TCP connection whose other end a thread drains; the thread
@@ -133,9 +104,4 @@ pub fn run(ctx: &Ctx) -> io::Result<Vec<Figure>> {
     figures.push(map_only);
     figures.push(fault);
     Ok(figures)
-}
-
-fn page_size() -> usize {
-    // SAFETY: no preconditions.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
 }

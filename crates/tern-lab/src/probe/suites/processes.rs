@@ -4,6 +4,11 @@
 //! The tiny program is written by the probe itself: a 129-byte static ELF
 //! whose only instructions are `exit(0)`, so execve costs what the kernel
 //! costs and nothing of a dynamic loader or libc start-up.
+//!
+//! fork copies the parent's mappings and the page tables of its anonymous
+//! memory, so a fork costs more from a larger parent: the suite reports the
+//! probe process's own size beside its figures ([`Footprint`]), and
+//! bench/probe.sh grows its C reference loop to that size before comparing.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -122,9 +127,46 @@ fn exec_args(path: &CStr, args: &[CString]) -> (CString, Vec<*const libc::c_char
     (path.to_owned(), argv)
 }
 
-pub fn run(ctx: &Ctx) -> io::Result<Vec<Figure>> {
+/// What a fork copies of this process: resident anonymous memory (its page
+/// tables are copied), mappings, and threads (a fork from a multi-threaded
+/// process takes libc's slower path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    pub anon_kib: u64,
+    pub mappings: u64,
+    pub threads: u64,
+}
+
+impl Footprint {
+    /// This process's, from /proc/self/status and /proc/self/maps.
+    pub fn of_self() -> io::Result<Footprint> {
+        let status = std::fs::read_to_string("/proc/self/status")?;
+        let field = |name: &str| -> io::Result<u64> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                .ok_or_else(|| io::Error::other(format!("no {name} in /proc/self/status")))
+        };
+        let mappings = std::fs::read_to_string("/proc/self/maps")?.lines().count() as u64;
+        Ok(Footprint { anon_kib: field("RssAnon:")?, mappings, threads: field("Threads:")? })
+    }
+
+    /// The note the suite reports (bench/probe.sh reads the numbers back).
+    pub fn note(&self) -> String {
+        format!(
+            "forked from this process: {} KiB anonymous memory resident, {} mappings, {} threads (fork copies \
+             the mappings and the anonymous memory's page tables: a larger parent forks slower)",
+            self.anon_kib, self.mappings, self.threads
+        )
+    }
+}
+
+pub fn run(ctx: &Ctx) -> io::Result<super::Outcome> {
     let dir = super::tempdir(&ctx.opts.path)?;
-    measure_all(ctx, dir.path())
+    let footprint = Footprint::of_self()?;
+    let figures = measure_all(ctx, dir.path())?;
+    Ok(super::Outcome { figures, notes: vec![footprint.note()], rpc_null_ns: None })
 }
 
 fn measure_all(ctx: &Ctx, dir: &Path) -> io::Result<Vec<Figure>> {
@@ -185,6 +227,28 @@ fn measure_all(ctx: &Ctx, dir: &Path) -> io::Result<Vec<Figure>> {
 
 #[cfg(test)]
 mod tests {
+    use super::Footprint;
+
+    #[test]
+    fn the_footprint_grows_with_what_the_process_maps_and_writes() {
+        let before = Footprint::of_self().unwrap();
+        assert!(before.threads >= 1 && before.mappings > 5, "{before:?}");
+        // Far more than the other tests of this process allocate or free
+        // meanwhile.
+        let mut m = super::super::Mapping::new(64 << 20, None).unwrap();
+        m.bytes_mut().fill(1);
+        let after = Footprint::of_self().unwrap();
+        assert!(after.anon_kib >= before.anon_kib + 48 * 1024, "{before:?} -> {after:?}");
+        assert!(
+            after.note().starts_with(&format!(
+                "forked from this process: {} KiB anonymous memory resident, {} mappings, {} threads",
+                after.anon_kib, after.mappings, after.threads
+            )),
+            "{}",
+            after.note()
+        );
+    }
+
     #[test]
     fn the_tiny_program_runs_and_exits_zero() {
         let dir = tempfile::tempdir().unwrap();
