@@ -72,7 +72,10 @@ fn e4_stores_the_compression_gain_per_page_and_coding() {
     let store = dir.path().join("lab.sqlite");
     let (table, run) = run("e4", &store);
     assert_eq!(run["kind"], "e4");
-    let bytes = values(&run, "response_bytes");
+    let steady = |metric: &str| -> Vec<&serde_json::Value> {
+        values(&run, metric).into_iter().filter(|m| !m["subject"].as_str().unwrap().starts_with("burst")).collect()
+    };
+    let bytes = steady("response_bytes");
     assert_eq!(bytes.len(), 16, "4 pages x 4 codings");
     for page in [6_040u64, 11_426, 22_132, 41_518] {
         let of = |coding: &str| {
@@ -83,7 +86,7 @@ fn e4_stores_the_compression_gain_per_page_and_coding() {
             assert!(of(coding) < page as f64 * 0.8, "{coding} on {page}: {}", of(coding));
         }
     }
-    let gains = values(&run, "compression_gain");
+    let gains = steady("compression_gain");
     let gzip = gains.iter().find(|m| m["subject"] == "gzip" && m["size"] == 41_518).unwrap();
     let expected = 100.0
         * (1.0
@@ -91,6 +94,25 @@ fn e4_stores_the_compression_gain_per_page_and_coding() {
                 / 41_518.0);
     assert!((gzip["value"].as_f64().unwrap() - expected).abs() < 1e-9);
     assert!(table.contains("41518") && table.contains("zstd"), "{table}");
+
+    // The cold burst: every page once, so "off" sends the mean page, and
+    // inline compresses every one of them.
+    let mean_page = (6_040 + 11_426 + 22_132 + 41_518) as f64 / 4.0;
+    let burst = |mode: &str, metric: &str| {
+        let subject = format!("burst {mode}");
+        let found: Vec<_> = values(&run, metric).into_iter().filter(|m| m["subject"] == subject.as_str()).collect();
+        assert_eq!(found.len(), 1, "{subject} {metric}");
+        found[0]["value"].as_f64().unwrap()
+    };
+    for mode in ["off", "inline", "adaptive"] {
+        assert!(burst(mode, "requests_per_s") > 0.0, "{mode}");
+        assert_eq!(burst(mode, "errors"), 0.0, "{mode}");
+        let bytes = burst(mode, "response_bytes");
+        assert!(bytes <= mean_page * 1.01, "{mode}: {bytes}");
+        assert!(table.lines().any(|l| l.split_whitespace().take(2).eq(["burst", mode])), "{mode}: {table}");
+    }
+    assert!((burst("off", "response_bytes") - mean_page).abs() < mean_page * 0.01, "off sends the pages");
+    assert!(burst("inline", "response_bytes") < mean_page * 0.8, "inline compresses every page");
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! programs (`make -C gateway`), found beside this binary's repository or
 //! in `--gateway DIR`.
 
+mod burst;
 mod file_io;
 mod models;
 
@@ -276,11 +277,12 @@ fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
     } else {
         Lengths { warmup: Duration::from_secs(1), measure: Duration::from_secs(5) }
     };
-    let dir = std::env::temp_dir().join(format!("tern-lab-e4-{}", std::process::id()));
-    let root = dir.join("www");
+    let dir = Scratch::new("e4")?;
+    let root = dir.0.join("www");
     std::fs::create_dir_all(&root)?;
-    for s in SIZES {
-        std::fs::write(root.join(format!("{s}.html")), page(s))?;
+    let pages: Vec<(usize, Vec<u8>)> = SIZES.iter().map(|&s| (s, page(s))).collect();
+    for (s, bytes) in &pages {
+        std::fs::write(root.join(format!("{s}.html")), bytes)?;
     }
     let served = Served::start(&root, QUIET_LOG, &["--workers", "1"])?;
     let mut table = Table(vec![vec![
@@ -336,12 +338,26 @@ fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
         }
     }
     drop(served);
-    let _ = std::fs::remove_dir_all(&dir);
+    let mut notes = Vec::new();
+    let mut burst_config = serde_json::Value::Null;
+    if !interrupted {
+        let b = burst::burst(&root, &pages, quick, interrupt, env)?;
+        table.0.extend(b.rows);
+        measurements.extend(b.measurements);
+        interrupted = b.interrupted;
+        notes.push(format!(
+            "burst: on a fresh server each, {} connections at once ask for each of {} pages (4 sizes) once, gzip \
+             accepted; bytes and gain: the mean response against the mean page; off: identity; inline: compressed \
+             on the worker; adaptive (the default): identity while busy, compressed in the background",
+            b.config["connections"], b.config["pages"]
+        ));
+        burst_config = b.config;
+    }
     let config = serde_json::json!({"pages": SIZES, "codings": ["identity", "gzip", "br", "zstd"],
         "levels": "tern's defaults", "connections": 4, "threads": 1, "workers": 1,
         "warmup_s": len.warmup.as_secs_f64(), "measure_s": len.measure.as_secs_f64(),
-        "published_gain": "21-64%"});
-    Ok(Outcome { measurements, table, notes: Vec::new(), config, interrupted })
+        "published_gain": "21-64%", "burst": burst_config});
+    Ok(Outcome { measurements, table, notes, config, interrupted })
 }
 
 /// E5: the probe suites on this host.
