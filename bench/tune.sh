@@ -45,26 +45,12 @@ THREADS=${THREADS:-1}
 REPS=${REPS:-5}
 SKIP_BUILD=${SKIP_BUILD:-0}
 
-usage() {
-    local text
-    text=$(sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -e '$d' -e 's/^# \{0,1\}//')
-    if [[ ${1:-0} == 0 ]]; then echo "$text"; else echo "$text" >&2; fi
-    exit "${1:-0}"
-}
-
 while (($#)); do
     case $1 in
-        --quick) QUICK=1 ;;
-        --tuned) TUNED=$2; shift ;;
-        -d | --duration) DUR=$2; shift ;;
-        -c | --connections) CONNS=$2; shift ;;
-        -t | --threads) THREADS=$2; shift ;;
-        -r | --reps) REPS=$2; shift ;;
-        --skip-build) SKIP_BUILD=1 ;;
-        -h | --help) usage 0 ;;
-        *) echo "unknown option: $1" >&2; usage 1 ;;
+        --quick) QUICK=1; shift ;;
+        --tuned) TUNED=${2:?--tuned needs a file}; shift 2 ;;
+        *) bench_option "duration connections threads reps skip-build" "$@"; shift "$BENCH_SHIFT" ;;
     esac
-    shift
 done
 [[ -z $TUNED || -f $TUNED ]] || bench_die "--tuned $TUNED: no such file"
 
