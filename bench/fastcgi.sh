@@ -6,11 +6,23 @@
 # (mod_fastcgi) and h2o (fastcgi.connect, kept alive), all to ONE php-fpm pool
 # (pm = static, CHILDREN children, Unix socket), one server at a time (a
 # kept-alive connection holds a php-fpm child, so servers cannot share the
-# pool at once). Per server and page, R rounds (order rotating) of a 1 s
-# warm-up and a measured `wrk -t1 -cC -dD --latency`; reported from the
-# median round: requests/s, p99, CPU per request (server process tree, and
-# server + php-fpm), and the connections php-fpm held at the end of the run
-# (`ss`). tern's pool size is CHILDREN; nginx's keepalive is CHILDREN.
+# pool at once). Per client count (CONNS), server and page, R rounds
+# (order rotating) of a 1 s warm-up and a measured `wrk -t1 -cC -dD
+# --latency`; reported from the median round: requests/s, its ratio to the
+# best other server, p99, CPU per request (server process tree, and server
+# + php-fpm), the connections php-fpm had accepted and those left waiting
+# in its accept queue mid-run (`ss`), and wrk's socket errors (timeouts:
+# requests with no answer within 2 s). tern's pool size is CHILDREN;
+# nginx's keepalive is CHILDREN.
+#
+# Why two client counts: with CONNS = CHILDREN every server can give each
+# client its own backend connection, so all serve every client. With more
+# clients, tern queues requests for its CHILDREN connections, while nginx
+# and h2o open a connection per waiting request: each php-fpm child keeps
+# serving the connection it accepted, so the extra connections (and their
+# clients) wait in php-fpm's accept queue, unanswered until some
+# connection closes. Their rate then comes from fewer clients; the queue
+# column shows it.
 #
 # Part "e2": experiment E2, 1 KiB … 1 MiB files, E2_REQS requests x E2_RUNS
 # runs each (tern bench -n, C connections), median requests/s: the gateway's
@@ -18,7 +30,7 @@
 # behind tern, and tern's own static read/mmap/sendfile; the mmap/read ratio
 # per size for both.
 #
-# Usage: bench/fastcgi.sh [php|e2|all]     env: DUR=5 REPS=3 CONNS=32
+# Usage: bench/fastcgi.sh [php|e2|all]     env: DUR=5 REPS=3 CONNS="8 32"
 #        WORKERS=2 CHILDREN=8 E2_REQS=1000 E2_RUNS=5 E2_CONNS=4 SKIP_BUILD=0
 #        SERVERS="tern nginx lighttpd h2o" (part "php": which servers, in order)
 # Output: tables on stdout and in bench/out/fastcgi-*/results.md, with the
@@ -32,7 +44,7 @@ source "$ROOT/bench/lib/common.sh"
 PART=${1:-all}
 DUR=${DUR:-5}
 REPS=${REPS:-3}
-CONNS=${CONNS:-32}
+CONNS=${CONNS:-8 32}
 WORKERS=${WORKERS:-2}
 CHILDREN=${CHILDREN:-8}
 SERVERS=${SERVERS:-tern nginx lighttpd h2o}
@@ -212,27 +224,41 @@ EOF
     bench_die "$name did not answer on port $port (see $OUT/$name.err)"
 }
 
-# measure NAME URL: one warm-up and one measured wrk run; prints
-# "req_per_s p99 server_us_per_req total_us_per_req fpm_conns errors".
+# fpm_queue: connections waiting in php-fpm's accept queue (taken by no
+# child).
+fpm_queue() { ss -x -l -H src "$FPM_SOCK" | awk '{ print $3; exit }'; }
+
+# measure NAME URL CONNS: one warm-up and one measured wrk run; prints
+# "req_per_s p99 server_us_per_req total_us_per_req fpm_conns non2xx
+# fpm_queue socket_errors" (php-fpm's connections sampled mid-run).
 measure() {
-    local name=$1 url=$2 port s0 f0 s1 f1 out
-    wrk -t1 -c"$CONNS" -d1 "$url" >/dev/null 2>&1
+    local name=$1 url=$2 conns=$3 s0 f0 s1 f1 out sampler
+    wrk -t1 -c"$conns" -d1 "$url" >/dev/null 2>&1
     s0=$(tree_cpu_ticks "$SERVER_PID")
     f0=$(tree_cpu_ticks "$FPM_PID")
-    out=$(wrk -t1 -c"$CONNS" -d"$DUR" --latency "$url")
+    (
+        sleep "$((DUR / 2))"
+        echo "$(fpm_connections) $(fpm_queue)" >"$OUT/mid-run"
+    ) &
+    sampler=$!
+    out=$(wrk -t1 -c"$conns" -d"$DUR" --latency "$url")
     s1=$(tree_cpu_ticks "$SERVER_PID")
     f1=$(tree_cpu_ticks "$FPM_PID")
-    echo "$out" >>"$OUT/wrk-$name.txt"
-    python3 - "$out" "$((s1 - s0))" "$((f1 - f0))" "$HZ" "$(fpm_connections)" <<'EOF'
+    wait "$sampler" || true
+    echo "$out" >>"$OUT/wrk-$name-c$conns.txt"
+    python3 - "$out" "$((s1 - s0))" "$((f1 - f0))" "$HZ" "$(cat "$OUT/mid-run")" <<'EOF'
 import re, sys
-out, server, fpm, hz, conns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+out, server, fpm, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+conns, queue = sys.argv[5].split()
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 total = int(re.search(r"(\d+) requests in", out).group(1))
 m = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
 p99 = float(m.group(1)) * {"us": 0.001, "ms": 1, "s": 1000}[m.group(2)]
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
 per = lambda t: t * 1e6 / hz / max(total, 1)
-print(f"{rps:.0f} {p99:.2f} {per(server):.1f} {per(server + fpm):.1f} {conns} {errors.group(1) if errors else 0}")
+sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+sock = sum(int(g) for g in sock.groups()) if sock else 0
+print(f"{rps:.0f} {p99:.2f} {per(server):.1f} {per(server + fpm):.1f} {conns} {errors.group(1) if errors else 0} {queue} {sock}")
 EOF
 }
 
@@ -240,38 +266,50 @@ php_part() {
     say ""
     say "## FastCGI: PHP through four servers to one php-fpm pool ($(date -u +%Y-%m-%dT%H:%MZ))"
     machine_state
-    say "php-fpm: $("$FPM_BIN" -v | head -n1); pm static, $CHILDREN children; wrk -t1 -c$CONNS -d$DUR, $REPS rounds; servers with $WORKERS workers"
+    say "php-fpm: $("$FPM_BIN" -v | head -n1); pm static, $CHILDREN children; wrk -t1 -c{$CONNS} -d$DUR, $REPS rounds; servers with $WORKERS workers"
     start_fpm
-    local -a servers
+    local -a servers conns
     read -r -a servers <<<"$SERVERS"
-    local r i name page port line
+    read -r -a conns <<<"$CONNS"
+    local r i c name page port line table
     declare -A RES=()
     for ((r = 0; r < REPS; r++)); do
         for ((i = 0; i < ${#servers[@]}; i++)); do
             name=${servers[$(((i + r) % ${#servers[@]}))]}
             port=$(free_port)
             start_server "$name" "$port"
-            for page in hello page; do
-                line=$(measure "$name-$page" "http://127.0.0.1:$port/$page.php")
-                bench_log "$name $page round $r: $line"
-                RES[$name,$page]+="$line;"
+            for c in "${conns[@]}"; do
+                for page in hello page; do
+                    line=$(measure "$name-$page" "http://127.0.0.1:$port/$page.php" "$c")
+                    bench_log "$name -c$c $page round $r: $line"
+                    RES[$name,$c,$page]+="$line;"
+                done
             done
             stop_tree "$SERVER_PID"
             forget_pid "$SERVER_PID"
         done
     done
-    for page in hello page; do
-        say ""
-        say "| $page.php | req/s (median) | p99 ms | CPU µs/req server | CPU µs/req server+php-fpm | php-fpm conns at end | non-2xx |"
-        say "|---|---|---|---|---|---|---|"
-        for name in "${servers[@]}"; do
-            python3 - "$name" "${RES[$name,$page]}" <<'EOF' | tee -a "$RESULTS"
+    for c in "${conns[@]}"; do
+        for page in hello page; do
+            say ""
+            say "| $page.php, $c clients | req/s (median) | ÷ best other | p99 ms | CPU µs/req server | CPU µs/req server+php-fpm | php-fpm conns | php-fpm accept queue | wrk socket errors | non-2xx |"
+            say "|---|---|---|---|---|---|---|---|---|---|"
+            table=""
+            for name in "${servers[@]}"; do table+="$name=${RES[$name,$c,$page]}|"; done
+            python3 - "$table" <<'EOF' | tee -a "$RESULTS"
 import sys, statistics
-rows = [r.split() for r in sys.argv[2].split(";") if r]
-rows.sort(key=lambda r: float(r[0]))
-m = rows[len(rows) // 2]
-cpu = lambda k: statistics.median(float(r[k]) for r in rows)
-print(f"| {sys.argv[1]} | {m[0]} (runs: {', '.join(r[0] for r in rows)}) | {m[1]} | {cpu(2):.1f} | {cpu(3):.1f} | {m[4]} | {m[5]} |")
+servers = {}
+for part in sys.argv[1].split("|"):
+    if part:
+        name, rows = part.split("=", 1)
+        servers[name] = sorted((r.split() for r in rows.split(";") if r), key=lambda r: float(r[0]))
+med = {n: float(rows[len(rows) // 2][0]) for n, rows in servers.items()}
+for name, rows in servers.items():
+    m = rows[len(rows) // 2]
+    cpu = lambda k: statistics.median(float(r[k]) for r in rows)
+    others = [v for n, v in med.items() if n != name]
+    ratio = f"{med[name] / max(others):.2f}" if others else "-"
+    print(f"| {name} | {m[0]} (runs: {', '.join(r[0] for r in rows)}) | {ratio} | {m[1]} | {cpu(2):.1f} | {cpu(3):.1f} | {m[4]} | {m[6]} | {m[7]} | {m[5]} |")
 EOF
         done
     done

@@ -921,11 +921,11 @@ impl<'de> Deserialize<'de> for NonZero {
 
 /// A regular expression with two captures (script, path info).
 #[derive(Clone, Debug)]
-pub struct Pattern(pub regex_lite::Regex);
+pub struct Pattern(pub regex::bytes::Regex);
 
 impl Pattern {
     pub fn parse(s: &str) -> Result<Pattern, String> {
-        let re = regex_lite::Regex::new(s).map_err(|e| format!("`{s}` is not a valid pattern: {e}"))?;
+        let re = regex::bytes::Regex::new(s).map_err(|e| format!("`{s}` is not a valid pattern: {e}"))?;
         if re.captures_len() != 3 {
             return Err(format!("`{s}` needs exactly two captures: the script and the path info"));
         }

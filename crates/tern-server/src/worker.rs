@@ -59,13 +59,31 @@ pub struct Doorbell {
     /// Whether `rung` may hold keys, read without the lock each turn.
     pending: AtomicBool,
     wake: Box<dyn Fn() + Send + Sync>,
+    /// Takes a descriptor out of the reactor's set, from any thread.
+    forget: Box<dyn Fn(BorrowedFd<'_>) + Send + Sync>,
     owner: ThreadId,
 }
 
 impl Doorbell {
-    /// A doorbell for the calling thread's reactor, which `wake` rouses.
-    pub fn new(wake: Box<dyn Fn() + Send + Sync>) -> Doorbell {
-        Doorbell { rung: Mutex::default(), pending: AtomicBool::new(false), wake, owner: thread::current().id() }
+    /// A doorbell for the calling thread's reactor, which `wake` rouses;
+    /// `forget` takes a descriptor out of its set.
+    pub fn new(wake: Box<dyn Fn() + Send + Sync>, forget: Box<dyn Fn(BorrowedFd<'_>) + Send + Sync>) -> Doorbell {
+        Doorbell {
+            rung: Mutex::default(),
+            pending: AtomicBool::new(false),
+            wake,
+            forget,
+            owner: thread::current().id(),
+        }
+    }
+
+    /// Takes `fd` out of the reactor's set. For a pooled FastCGI
+    /// connection left idle in its reactor's set and taken by another
+    /// worker: nobody on the reactor uses it any more, so an event the
+    /// reactor fetched for it before is a spurious wake-up of the
+    /// connection that used it last, which reads, finds nothing and waits.
+    pub fn forget(&self, fd: BorrowedFd<'_>) {
+        (self.forget)(fd)
     }
 
     /// Asks for connection `conn` to be driven.

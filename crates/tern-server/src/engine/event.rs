@@ -67,7 +67,17 @@ pub fn run(
         }
     };
     let bell_waker = waker.clone();
-    let doorbell = Arc::new(Doorbell::new(Box::new(move || _ = bell_waker.wake())));
+    let forget = match poll.registry().try_clone() {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let doorbell = Arc::new(Doorbell::new(
+        Box::new(move || _ = bell_waker.wake()),
+        Box::new(move |fd| _ = forget.deregister(&mut SourceFd(&fd.as_raw_fd()))),
+    ));
     let _ = ready.send(Ok(waker));
     let mut w = shared.worker(index, Box::new(EpollWatcher { registry, doorbell: doorbell.clone() }));
     w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();

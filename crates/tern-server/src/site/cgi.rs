@@ -688,6 +688,13 @@ impl Response {
 
     /// Takes bytes the gateway printed, copying them into `out`.
     pub fn feed(&mut self, out: &mut OutQueue, params: &Params<'_>, data: &[u8]) -> Pump {
+        // A whole head in the first bytes (a FastCGI reply's first record,
+        // as a rule) is answered from where it lies, not gathered first.
+        if matches!(&self.output, Output::Head(head) if head.is_empty()) && !self.nph {
+            if let Some(ends) = find_head_end(data) {
+                return self.answer_head(out, params, data, ends);
+            }
+        }
         match &mut self.output {
             Output::Head(head) => {
                 head.extend_from_slice(data);
@@ -738,7 +745,7 @@ impl Response {
             self.output = Output::Body(Framing::Close, 0);
             return Pump::Progress;
         }
-        let Some((end, body_start)) = find_head_end(&head) else {
+        let Some(ends) = find_head_end(&head) else {
             if head.len() > MAX_HEAD {
                 log!(Level::Warn, "gateway response head larger than {MAX_HEAD} bytes");
                 return Pump::Fail(502);
@@ -746,6 +753,18 @@ impl Response {
             self.output = Output::Head(head);
             return Pump::Progress;
         };
+        self.answer_head(out, params, &head, ends)
+    }
+
+    /// Answers the complete head in `head[..end]` (checked, rewritten), and
+    /// relays the body bytes from `body_start` on.
+    fn answer_head(
+        &mut self,
+        out: &mut OutQueue,
+        params: &Params<'_>,
+        head: &[u8],
+        (end, body_start): (usize, usize),
+    ) -> Pump {
         let fields = match parse_fields(&head[..end]) {
             Ok(fields) => fields,
             Err(why) => {
@@ -987,5 +1006,57 @@ mod tests {
         assert_eq!(chunk_size_line(0, &mut line), b"0\r\n");
         assert_eq!(chunk_size_line(0xffff, &mut line), b"ffff\r\n");
         assert_eq!(chunk_size_line(usize::MAX, &mut line), b"ffffffffffffffff\r\n");
+    }
+
+    /// What a gateway prints, fed in the given pieces: the bytes queued
+    /// for the client and the last answer.
+    fn fed(pieces: &[&[u8]]) -> (Vec<u8>, Pump) {
+        let date = *b"Wed, 25 Nov 2026 05:00:00 GMT";
+        let params =
+            Params { date: &date, server: "tern", fields: b"", head_only: false, http10: false, keep_alive: true };
+        let mut r = Response {
+            nph: false,
+            head_only: false,
+            http10: false,
+            output: Output::Head(Vec::new()),
+            status: 0,
+            body_bytes: 0,
+            held: None,
+        };
+        let mut out = OutQueue::new(4096, false);
+        let mut last = Pump::Wait;
+        for piece in pieces {
+            last = r.feed(&mut out, &params, piece);
+        }
+        if matches!(last, Pump::Progress) {
+            last = r.end(&mut out);
+        }
+        (out.buf, last)
+    }
+
+    #[test]
+    fn a_head_in_one_piece_or_many_gives_the_same_response() {
+        let printed: &[u8] = b"Status: 418 Teapot\r\nX-Php: yes\r\nContent-Type: text/plain\r\n\r\ntea";
+        let (whole, last) = fed(&[printed]);
+        assert!(matches!(last, Pump::Done { keep_alive: true }));
+        let text = String::from_utf8(whole.clone()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 418 "), "{text:?}");
+        assert!(text.contains("\r\nX-Php: yes\r\nContent-Type: text/plain\r\n"), "{text:?}");
+        assert!(text.ends_with("\r\n\r\n3\r\ntea\r\n0\r\n\r\n"), "{text:?}");
+        assert!(!text.contains("Status:"), "{text:?}");
+        // (The body each time with the head's last byte, as one piece: a
+        // piece of body alone is a chunk of its own, framed otherwise.)
+        let (head, rest) = printed.split_at(printed.len() - 4);
+        let mut bytes: Vec<&[u8]> = head.chunks(1).collect();
+        bytes.push(rest);
+        for pieces in [bytes, vec![head, rest], vec![&printed[..10], &printed[10..]]] {
+            let (got, last) = fed(&pieces);
+            assert!(matches!(last, Pump::Done { keep_alive: true }));
+            assert_eq!(String::from_utf8(got).unwrap(), text);
+        }
+        // An invalid head is refused whether whole or in pieces.
+        for pieces in [&[&b"Bad Line\n\nx"[..]][..], &[b"Bad Li", b"ne\n\nx"]] {
+            assert!(matches!(fed(pieces).1, Pump::Fail(502)));
+        }
     }
 }

@@ -24,7 +24,7 @@ pub struct Backend {
     extensions: Vec<String>,
     /// Normalised (relative) prefixes, e.g. `app`.
     prefixes: Vec<Vec<u8>>,
-    split: regex_lite::Regex,
+    split: regex::bytes::Regex,
     check_file: bool,
     /// The document root as the application sees it.
     pub root: Vec<u8>,
@@ -122,14 +122,57 @@ impl Settings {
 
 impl Backend {
     /// Where the script ends in `path` (`/…`): after the split pattern's
-    /// first capture, or the whole path.
+    /// first capture, or the whole path. (The `regex` crate, not a
+    /// lighter one: its literal prefilter and DFA answer the common
+    /// no-`PATH_INFO` path without a capture search.)
     fn split_at(&self, path: &[u8]) -> usize {
-        let Ok(text) = std::str::from_utf8(path) else { return path.len() };
-        match self.split.captures(text).and_then(|c| c.get(1).zip(c.get(2))) {
+        match self.split.captures(path).and_then(|c| c.get(1).zip(c.get(2))) {
             Some((script, info)) if script.start() == 0 && script.end() == info.start() && info.end() == path.len() => {
                 script.end()
             }
             _ => path.len(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FastCgiAddress, Pattern};
+
+    fn backend(pattern: &str) -> Backend {
+        Backend {
+            name: "php".into(),
+            pool: Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 1),
+            extensions: vec!["php".into()],
+            prefixes: Vec::new(),
+            split: Pattern::parse(pattern).unwrap().0,
+            check_file: false,
+            root: b"/srv".to_vec(),
+            keep_conn: true,
+            connect_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
+            queue_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn the_split_pattern_ends_the_script() {
+        let b = backend(r"^(.+?\.php)(/.*)$");
+        for (path, script) in [
+            (&b"/hello.php"[..], &b"/hello.php"[..]),
+            (b"/a/b.php/c/d.php/e", b"/a/b.php"),
+            (b"/a.php/", b"/a.php"),
+            (b"/.php/x", b"/.php"),
+            (b"/a.phpx/y", b"/a.phpx/y"),
+            (b"/a.php/x\ny", b"/a.php/x\ny"),
+            (b"/a.php/\xff", b"/a.php/\xff"),
+            (b"/caf\xc3\xa9.php/\xc3\xa9", b"/caf\xc3\xa9.php"),
+        ] {
+            assert_eq!(&path[..b.split_at(path)], script, "{:?}", String::from_utf8_lossy(path));
+        }
+        // Captures that do not cover the whole path split nothing.
+        let partial = backend(r"(\.php)(/x)");
+        assert_eq!(partial.split_at(b"/a.php/x"), 8);
     }
 }

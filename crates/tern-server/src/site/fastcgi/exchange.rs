@@ -179,7 +179,7 @@ impl Exchange {
     fn adopt(&mut self, link: Link) {
         self.backend.pool.stats.reused.fetch_add(1, Relaxed);
         self.link = Some(link.fd);
-        // Handed on by a request of this reactor, its watch is moved here.
+        // Left by a request of this reactor, its watch is moved here.
         self.registered = link.home.is_some();
         self.input = link.buf;
         self.placed = true;
@@ -228,6 +228,10 @@ impl Exchange {
             },
             (stage, Some(fd)) => {
                 let write = matches!(stage, Stage::Connecting);
+                // Changed even when this connection is the one it was
+                // watched for: the change reports what the backend did
+                // while the link was idle (php-fpm shuts a recycled child's
+                // connection down, then waits for it to be closed).
                 w.watcher.watch_socket(key, fd.as_fd(), write, self.registered)?;
                 self.registered = true;
                 self.watched_for_room = write;
@@ -510,8 +514,9 @@ impl Exchange {
 
     /// Ends the exchange: a link that finished its request cleanly goes
     /// back to the pool (unless `close`); anything else is closed, which
-    /// also tells the backend to abandon the request. A link handed to a
-    /// request waiting on the same reactor stays in its epoll set.
+    /// also tells the backend to abandon the request. A link that stays on
+    /// this reactor (idle, or to a request waiting here) stays in its epoll
+    /// set.
     pub fn end(&mut self, w: &Worker<'_>, close: bool) {
         if close || !self.reusable {
             return;
@@ -520,18 +525,15 @@ impl Exchange {
         self.placed = false;
         let buf = std::mem::take(&mut self.input);
         let pool = &self.backend.pool;
-        let home = w.watcher.doorbell().filter(|_| self.registered).cloned();
-        let link = match home {
-            Some(home) => match pool.hand_on(Link { fd, buf, home: Some(home) }) {
-                Some(link) => link,
-                None => return,
-            },
-            None => Link { fd, buf, home: None },
-        };
-        if self.registered {
-            let _ = w.watcher.unwatch(link.fd.as_fd());
+        // Kept in the set only as it is between requests: read-only.
+        let home = w.watcher.doorbell().filter(|_| self.registered && !self.watched_for_room).cloned();
+        if home.is_none() && self.registered {
+            let _ = w.watcher.unwatch(fd.as_fd());
         }
-        pool.put_back(Link { home: None, ..link });
+        if let Some(link) = pool.give_back(Link { fd, buf, home }) {
+            let _ = w.watcher.unwatch(link.fd.as_fd());
+            pool.put_back(Link { home: None, ..link });
+        }
     }
 }
 

@@ -10,10 +10,13 @@
 //! wait never blocks a reactor and no worker looks at another's
 //! connections.
 //!
-//! A connection handed straight to a request of the same reactor stays in
-//! that reactor's epoll set (it is moved to the new request's token, one
-//! system call instead of two); one that goes idle or to another worker
-//! leaves it first.
+//! A connection handed straight to a request of the same reactor, or left
+//! idle, stays in that reactor's epoll set: the next request of that
+//! reactor moves it to its token (one system call instead of two). One
+//! that goes to another worker's waiting request leaves the set first; an
+//! idle one another worker takes is taken out by that worker (through the
+//! reactor's doorbell). So a link given to a request is watched by that
+//! request's reactor or by none.
 
 use std::collections::VecDeque;
 use std::io;
@@ -33,7 +36,7 @@ pub struct Link {
     pub fd: OwnedFd,
     pub buf: Vec<u8>,
     /// The reactor whose epoll set still holds it (for the request that
-    /// used it last), known by its doorbell; `None` in the idle list.
+    /// used it last), known by its doorbell.
     pub home: Option<Arc<Doorbell>>,
 }
 
@@ -149,7 +152,20 @@ impl Pool {
     /// (told by `doorbell`, the waiting worker's when it is a reactor).
     pub fn checkout(&self, doorbell: Option<&Arc<Doorbell>>) -> io::Result<Checkout> {
         let mut s = self.state();
-        if let Some(link) = s.idle.pop() {
+        // Best one this reactor watches already, then one nobody watches.
+        let home = |l: &Link| match (&l.home, doorbell) {
+            (Some(h), Some(d)) if Arc::ptr_eq(h, d) => 2,
+            (None, _) => 1,
+            _ => 0,
+        };
+        if let Some(i) = (0..s.idle.len()).max_by_key(|&i| home(&s.idle[i])) {
+            let mut link = s.idle.swap_remove(i);
+            drop(s);
+            if home(&link) == 0 {
+                if let Some(other) = link.home.take() {
+                    other.forget(link.fd.as_fd());
+                }
+            }
             return Ok(Checkout::Idle(link));
         }
         if s.open < self.cap {
@@ -165,21 +181,24 @@ impl Pool {
         Ok(Checkout::Wait(ticket))
     }
 
-    /// A connection that stays usable, still watched by the reactor its
-    /// `home` names: handed to the first waiting request when that one
-    /// waits on the same reactor (and `None` returned); otherwise given
-    /// back, to be unwatched and [`Pool::put_back`].
-    pub fn hand_on(&self, link: Link) -> Option<Link> {
+    /// A connection that stays usable, watched by the reactor its `home`
+    /// names (if any): to the first waiting request, else idle, still
+    /// watched. `Some` when the first waiting request is another
+    /// reactor's: to be unwatched and [`Pool::put_back`].
+    pub fn give_back(&self, link: Link) -> Option<Link> {
         let mut s = self.state();
-        let local = match (s.waiting.front().map(|t| &t.notify), &link.home) {
-            (Some(Notify::Bell(bell, _)), Some(home)) => Arc::ptr_eq(bell, home),
-            _ => false,
-        };
-        if !local {
-            return Some(link);
+        match (s.waiting.front().map(|t| &t.notify), &link.home) {
+            (None, _) => s.idle.push(link),
+            (Some(Notify::Bell(bell, _)), Some(home)) if Arc::ptr_eq(bell, home) => {
+                let t = s.waiting.pop_front().expect("a first waiting request");
+                hand(&t, Grant::Idle(link));
+            }
+            (Some(_), Some(_)) => return Some(link),
+            (Some(_), None) => {
+                let t = s.waiting.pop_front().expect("a first waiting request");
+                hand(&t, Grant::Idle(link));
+            }
         }
-        let t = s.waiting.pop_front().expect("a first waiting request");
-        hand(&t, Grant::Idle(link));
         None
     }
 
@@ -271,6 +290,7 @@ fn hand(t: &Ticket, grant: Grant) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     fn pool(cap: usize) -> Pool {
         Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), cap)
@@ -331,10 +351,18 @@ mod tests {
         assert_eq!(p.snapshot().open, 1);
     }
 
+    /// A doorbell that records the descriptors taken out of its set.
+    fn bell() -> (Arc<Doorbell>, Arc<Mutex<Vec<i32>>>) {
+        let forgotten = Arc::new(Mutex::new(Vec::new()));
+        let f = forgotten.clone();
+        let forget = Box::new(move |fd: BorrowedFd<'_>| f.lock().unwrap().push(fd.as_raw_fd()));
+        (Arc::new(Doorbell::new(Box::new(|| {}), forget)), forgotten)
+    }
+
     #[test]
     fn a_reactor_waits_on_its_doorbell_and_keeps_what_it_watches() {
         let p = pool(1);
-        let (here, there) = (Arc::new(Doorbell::new(Box::new(|| {}))), Arc::new(Doorbell::new(Box::new(|| {}))));
+        let ((here, _), (there, _)) = (bell(), bell());
         assert!(matches!(p.checkout(Some(&here)).unwrap(), Checkout::Connect));
         let Checkout::Wait(first) = p.checkout(Some(&here)).unwrap() else { panic!() };
         let Checkout::Wait(second) = p.checkout(Some(&there)).unwrap() else { panic!() };
@@ -343,13 +371,13 @@ mod tests {
 
         // Freed on the first waiter's reactor: handed over still watched,
         // the doorbell rung for its connection.
-        assert!(p.hand_on(link(Some(&here))).is_none());
+        assert!(p.give_back(link(Some(&here))).is_none());
         assert_eq!(rung(&here), [7]);
         let Some(Grant::Idle(l)) = first.take() else { panic!("the link") };
         assert!(l.home.is_some_and(|h| Arc::ptr_eq(&h, &here)));
         // The next waiter is another reactor's: given back, to be
         // unwatched, then handed on.
-        let Some(mut l) = p.hand_on(link(Some(&here))) else { panic!("not for another reactor") };
+        let Some(mut l) = p.give_back(link(Some(&here))) else { panic!("not for another reactor") };
         assert!(rung(&there).is_empty());
         l.home = None;
         p.put_back(l);
@@ -367,10 +395,46 @@ mod tests {
         let Checkout::Wait(gone) = p.checkout(Some(&here)).unwrap() else { panic!() };
         let Checkout::Wait(next) = p.checkout(Some(&here)).unwrap() else { panic!() };
         assert!(!gone.ring_for(4) && !next.ring_for(5));
-        assert!(p.hand_on(link(Some(&here))).is_none());
+        assert!(p.give_back(link(Some(&here))).is_none());
         p.cancel(&gone);
         assert_eq!(rung(&here), [4, 5]);
         assert!(matches!(next.take(), Some(Grant::Permit)));
+    }
+
+    #[test]
+    fn an_idle_link_stays_watched_by_its_reactor_until_another_takes_it() {
+        let p = pool(3);
+        let ((here, here_forgot), (there, there_forgot)) = (bell(), bell());
+        // Nobody waits: each goes idle, still in its reactor's set.
+        let left = |home: &Arc<Doorbell>| {
+            let l = link(Some(home));
+            let fd = l.fd.as_raw_fd();
+            assert!(p.give_back(l).is_none());
+            fd
+        };
+        let (mine, theirs) = (left(&here), left(&there));
+        assert_eq!(p.snapshot().idle, 2);
+        // Each reactor gets back the one it watches, untouched.
+        for (bell, fd) in [(&there, theirs), (&here, mine)] {
+            let Checkout::Idle(l) = p.checkout(Some(bell)).unwrap() else { panic!("idle") };
+            assert_eq!(l.fd.as_raw_fd(), fd);
+            assert!(l.home.as_ref().is_some_and(|h| Arc::ptr_eq(h, bell)));
+            assert!(p.give_back(l).is_none());
+        }
+        assert!(here_forgot.lock().unwrap().is_empty() && there_forgot.lock().unwrap().is_empty());
+        // One watched elsewhere is taken out of that reactor's set first.
+        let Checkout::Idle(a) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
+        let Checkout::Idle(b) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
+        assert_eq!(a.fd.as_raw_fd(), theirs);
+        assert!(b.home.is_none());
+        assert_eq!(*here_forgot.lock().unwrap(), [mine]);
+        // An unwatched one is preferred to another reactor's.
+        left(&here);
+        p.put_back(b);
+        let Checkout::Idle(l) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
+        assert_eq!(l.fd.as_raw_fd(), mine);
+        assert!(l.home.is_none());
+        assert_eq!(here_forgot.lock().unwrap().len(), 1);
     }
 
     #[test]
