@@ -73,7 +73,7 @@ fn sizes(section: &'static str, key: &'static str, current: u64, list: &[u64]) -
     (candidates, at)
 }
 
-/// The static I/O method per size class: a file of each class's largest
+/// The static I/O method per size class: a file of each class's typical
 /// size (as the start-up calibration uses), each method fixed in turn.
 fn io(lab: &Lab, c: &Config) -> anyhow::Result<Battery> {
     let bounds: Vec<u64> = c.static_files.io_classes.iter().map(|b| b.0).collect();
@@ -86,7 +86,7 @@ fn io(lab: &Lab, c: &Config) -> anyhow::Result<Battery> {
     }
     Ok(Battery {
         name: "io",
-        what: "static I/O method per size class: GET of a file of the class's largest size, 4 connections".into(),
+        what: "static I/O method per size class: GET of a file of the class's typical size, 4 connections".into(),
         fixed: Vec::new(),
         candidates: static_io::METHODS
             .iter()
@@ -99,7 +99,7 @@ fn io(lab: &Lab, c: &Config) -> anyhow::Result<Battery> {
     })
 }
 
-/// `static.read_chunk`: the largest class's file sent by `read`.
+/// `static.read_chunk`: the open-ended class's file sent by `read`.
 fn chunk(lab: &Lab, c: &Config) -> anyhow::Result<Battery> {
     let bounds: Vec<u64> = c.static_files.io_classes.iter().map(|b| b.0).collect();
     let size = calibrate::representative(&bounds, bounds.len());
