@@ -28,6 +28,33 @@ pub fn pin(cpu: Option<usize>) -> io::Result<usize> {
     Ok(cpu)
 }
 
+/// The CPUs a thread may run on, saved to be put back: the probe pins the
+/// thread that calls it and leaves it as it found it.
+pub struct Affinity(libc::cpu_set_t);
+
+impl Affinity {
+    /// The calling thread's.
+    pub fn current() -> io::Result<Affinity> {
+        // SAFETY: sched_getaffinity fills a plain-data set of the size given.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(Affinity(set))
+        }
+    }
+
+    /// Gives the calling thread these CPUs again.
+    pub fn restore(&self) -> io::Result<()> {
+        // SAFETY: a set of the size given, filled by sched_getaffinity.
+        match unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &self.0) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+}
+
 /// The CPU frequency governor of `cpu`, or why there is none to read
 /// (containers and many VMs have no cpufreq).
 pub fn governor(cpu: usize) -> String {
@@ -49,6 +76,22 @@ mod tests {
             // SAFETY: no preconditions.
             assert_eq!(unsafe { libc::sched_getcpu() } as usize, cpu);
             assert!(super::pin(Some(usize::MAX)).is_err());
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_saved_affinity_is_restored_after_pinning() {
+        std::thread::spawn(|| {
+            // SAFETY: counting the bits of a set sched_getaffinity filled.
+            let count = || super::Affinity::current().map(|a| unsafe { libc::CPU_COUNT(&a.0) }).unwrap();
+            let before = count();
+            let saved = super::Affinity::current().unwrap();
+            super::pin(None).unwrap();
+            assert_eq!(count(), 1);
+            saved.restore().unwrap();
+            assert_eq!(count(), before);
         })
         .join()
         .unwrap();

@@ -146,16 +146,18 @@ impl Ctx<'_> {
 }
 
 /// Runs `suites` on this machine and reports them with the environment.
+///
+/// On the calling thread, not a thread of its own: a single-threaded caller
+/// (the `tern probe` command) then forks as a single-threaded process, which
+/// is what "the cost of a fork" means in lmbench's lat_proc and in a C loop
+/// (a second thread, even one blocked, adds about a quarter to every fork:
+/// glibc's multi-threaded fork path). The caller's CPU affinity, narrowed by
+/// the pinning, is restored at the end.
 pub fn run(suites: &[Suite], opts: &Options) -> io::Result<ProbeReport> {
-    // Pinning applies to this thread: run on a thread of our own so the
-    // caller's affinity is left alone.
-    let opts = opts.clone();
-    let suites = suites.to_vec();
-    std::thread::Builder::new()
-        .name("tern-probe".into())
-        .spawn(move || run_here(&suites, &opts))?
-        .join()
-        .map_err(|_| io::Error::other("the probe thread panicked"))?
+    let affinity = cpu::Affinity::current()?;
+    let report = run_here(suites, opts);
+    affinity.restore()?;
+    report
 }
 
 fn run_here(suites: &[Suite], opts: &Options) -> io::Result<ProbeReport> {
