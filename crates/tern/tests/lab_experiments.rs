@@ -1,6 +1,6 @@
-//! `tern lab run e1|e2|e3|e4 --quick` end to end: each starts its own
-//! tern servers (and the gateway's programs), measures, prints its table
-//! and stores one run whose measurements are the table's.
+//! `tern lab run e1 … e5 --quick` end to end: each starts its own tern
+//! servers (and the gateway's programs, or an agent), measures, prints its
+//! table and stores its run(s), whose measurements are the table's.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -76,24 +76,36 @@ fn e4_stores_the_compression_gain_per_page_and_coding() {
         values(&run, metric).into_iter().filter(|m| !m["subject"].as_str().unwrap().starts_with("burst")).collect()
     };
     let bytes = steady("response_bytes");
-    assert_eq!(bytes.len(), 16, "4 pages x 4 codings");
+    assert_eq!(bytes.len(), 32, "4 pages x 4 codings x sequential and concurrent");
+    let of = |metric: &str, coding: &str, page: u64, conns: u64| {
+        let found: Vec<_> = steady(metric)
+            .into_iter()
+            .filter(|m| m["subject"] == coding && m["size"] == page && m["concurrency"] == conns)
+            .collect();
+        assert_eq!(found.len(), 1, "{metric} {coding} {page} {conns}");
+        found[0]["value"].as_f64().unwrap()
+    };
     for page in [6_040u64, 11_426, 22_132, 41_518] {
-        let of = |coding: &str| {
-            bytes.iter().find(|m| m["subject"] == coding && m["size"] == page).unwrap()["value"].as_f64().unwrap()
-        };
-        assert_eq!(of("identity"), page as f64, "identity is the page itself");
-        for coding in ["gzip", "br", "zstd"] {
-            assert!(of(coding) < page as f64 * 0.8, "{coding} on {page}: {}", of(coding));
+        // Sequential (1 connection) and concurrent (16).
+        for conns in [1, 16] {
+            assert_eq!(of("response_bytes", "identity", page, conns), page as f64, "identity is the page itself");
+            for coding in ["identity", "gzip", "br", "zstd"] {
+                if coding != "identity" {
+                    let bytes = of("response_bytes", coding, page, conns);
+                    assert!(bytes < page as f64 * 0.8, "{coding} on {page}: {bytes}");
+                }
+                assert!(of("requests_per_s", coding, page, conns) > 0.0, "{coding} {page} {conns}");
+                assert!(of("latency_mean", coding, page, conns) > 0.0, "{coding} {page} {conns}");
+                let row = [&page.to_string(), coding, &conns.to_string()];
+                assert!(table.lines().any(|l| l.split_whitespace().take(3).eq(row)), "{row:?}: {table}");
+            }
         }
     }
-    let gains = steady("compression_gain");
-    let gzip = gains.iter().find(|m| m["subject"] == "gzip" && m["size"] == 41_518).unwrap();
-    let expected = 100.0
-        * (1.0
-            - bytes.iter().find(|m| m["subject"] == "gzip" && m["size"] == 41_518).unwrap()["value"].as_f64().unwrap()
-                / 41_518.0);
-    assert!((gzip["value"].as_f64().unwrap() - expected).abs() < 1e-9);
-    assert!(table.contains("41518") && table.contains("zstd"), "{table}");
+    let gzip = of("compression_gain", "gzip", 41_518, 16);
+    let expected = 100.0 * (1.0 - of("response_bytes", "gzip", 41_518, 16) / 41_518.0);
+    assert!((gzip - expected).abs() < 1e-9);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["page", "coding", "conns", "bytes", "gain", "req/s", "mean", "us", "p99", "us"], "{table}");
 
     // The cold burst: every page once, so "off" sends the mean page, and
     // inline compresses every one of them.
@@ -109,7 +121,7 @@ fn e4_stores_the_compression_gain_per_page_and_coding() {
         assert_eq!(burst(mode, "errors"), 0.0, "{mode}");
         let bytes = burst(mode, "response_bytes");
         assert!(bytes <= mean_page * 1.01, "{mode}: {bytes}");
-        assert!(table.lines().any(|l| l.split_whitespace().take(2).eq(["burst", mode])), "{mode}: {table}");
+        assert!(table.lines().any(|l| l.split_whitespace().take(3).eq(["burst", mode, "64"])), "{mode}: {table}");
     }
     assert!((burst("off", "response_bytes") - mean_page).abs() < mean_page * 0.01, "off sends the pages");
     assert!(burst("inline", "response_bytes") < mean_page * 0.8, "inline compresses every page");
@@ -223,4 +235,111 @@ fn e3_finds_each_models_saturation_point_by_cgi_share_and_cpus() {
     for column in ["cpus", "cgi", "model", "capacity", "0.5x", "1x", "1.25x", "saturation"] {
         assert!(header.contains(column), "{header}");
     }
+}
+
+/// A `tern agent` on 127.0.0.1 with the token in `token`, stopped on drop.
+struct Agent {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Agent {
+    fn start(token: &Path) -> Agent {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tern"))
+            .args(["agent", "--listen", "127.0.0.1:0", "--token-file"])
+            .arg(token)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let line = lines.next().expect("the agent says where it listens").unwrap();
+        let addr = line.split("listening on ").nth(1).unwrap_or_else(|| panic!("{line}"));
+        let addr = addr.split(' ').next().unwrap().to_string();
+        std::thread::spawn(move || lines.for_each(drop));
+        Agent { child, addr }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// E5 with `--agent`: the suites here and on the agent, one column per
+/// host, and one stored run per host.
+#[test]
+fn e5_probes_this_host_and_an_agent_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("lab.sqlite");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "e5-side-by-side\n").unwrap();
+    let agent = Agent::start(&token);
+    let t = token.to_str().unwrap();
+    let out = tern(&["lab", "run", "e5", "--quick", "--agent", &agent.addr, "--token-file", t], &store);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["figure", "unit", "local", agent.addr.as_str()], "{stdout}");
+    let rows: Vec<&str> = lines.take_while(|l| !l.starts_with("stored as run ")).collect();
+    assert!(rows.len() > 20, "every suite's figures: {stdout}");
+    for row in &rows {
+        let cells: Vec<&str> = row.split_whitespace().rev().take(2).collect();
+        for cell in cells {
+            assert!(cell.parse::<f64>().is_ok_and(|v| v >= 0.0), "both hosts measured {row:?}: {stdout}");
+        }
+    }
+    for suite in ["syscalls/", "processes/", "ipc/", "net/", "rpc/", "files/", "disk/"] {
+        assert!(rows.iter().any(|r| r.trim_start().starts_with(suite)), "{suite}: {stdout}");
+    }
+
+    // Both runs stored, kind e5, each with every figure of the table.
+    let ids: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("stored as run ").or_else(|| l.split("'s run as run ").nth(1)))
+        .map(|rest| rest.split(';').next().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2, "{stdout}");
+    let export = tern(&["lab", "export", &ids[0], &ids[1]], &store);
+    let doc: serde_json::Value = serde_json::from_slice(&export.stdout).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs[0]["label"], "e5 --quick");
+    assert_eq!(runs[1]["label"], format!("e5 --quick on {}", agent.addr));
+    for run in runs {
+        assert_eq!((run["kind"].as_str(), run["status"].as_str()), (Some("e5"), Some("complete")));
+        assert_eq!(run["measurements"].as_array().unwrap().len(), rows.len(), "{run}");
+    }
+    assert_eq!(runs[1]["result"]["host"], agent.addr.as_str());
+    let list = String::from_utf8(tern(&["lab", "list", "--kind", "e5"], &store).stdout).unwrap();
+    assert_eq!(list.lines().count(), 3, "the header and two runs: {list}");
+}
+
+/// `--no-store`: the table is printed, the store is not even created.
+#[test]
+fn no_store_prints_the_table_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("lab.sqlite");
+    let out = Command::new(env!("CARGO_BIN_EXE_tern"))
+        .args(["lab", "run", "e5", "--quick", "--no-store"])
+        .env("XDG_DATA_HOME", dir.path())
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.lines().next().unwrap().split_whitespace().eq(["figure", "unit", "local"]), "{stdout}");
+    assert!(stdout.lines().any(|l| l.trim_start().starts_with("syscalls/")), "{stdout}");
+    assert!(!stdout.contains("stored"), "{stdout}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "nothing written: {left:?}");
+    assert!(!store.exists());
+    // With a store named too, it says the two contradict.
+    let both = tern(&["lab", "run", "e5", "--quick", "--no-store"], &store);
+    assert_eq!(both.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&both.stderr).contains("--no-store and --store"), "{both:?}");
 }

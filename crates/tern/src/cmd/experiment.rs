@@ -95,10 +95,16 @@ struct Lengths {
     measure: Duration,
 }
 
-/// One closed-loop load run: 4 connections on one thread.
-fn load(url: &str, headers: &[&str], len: Lengths, interrupt: &AtomicBool) -> anyhow::Result<load::Report> {
+/// One closed-loop load run: `connections` on one thread.
+fn load(
+    url: &str,
+    headers: &[&str],
+    connections: usize,
+    len: Lengths,
+    interrupt: &AtomicBool,
+) -> anyhow::Result<load::Report> {
     let opts = Options {
-        connections: 4,
+        connections,
         threads: 1,
         stop: Stop::Duration(len.measure),
         warmup: len.warmup,
@@ -226,7 +232,7 @@ fn e1(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
     'methods: for method in ["sendfile", "mmap", "read"] {
         let served = Served::start(&root, &format!("[static]\nio = \"{method}\"\n{QUIET_LOG}"), &["--workers", "1"])?;
         for &s in sizes {
-            let report = load(&format!("http://{}/{s}.bin", served.addr), &[], len, interrupt)?;
+            let report = load(&format!("http://{}/{s}.bin", served.addr), &[], 4, len, interrupt)?;
             let mut ms = record::load_measurements(&report, method, env);
             ms.retain(|m| ["requests_per_s", "transfer_per_s", "latency_p99"].contains(&m.metric.as_str()));
             for m in &mut ms {
@@ -268,12 +274,17 @@ pub(super) fn page(size: usize) -> Vec<u8> {
     bytes
 }
 
+/// E4's steady state: one connection after the other (sequential) and
+/// this many at once (concurrent).
+const E4_CONNECTIONS: [usize; 2] = [1, 16];
+
 /// E4: the four page sizes of SPEC E4, identity against gzip, br and zstd
-/// from tern's cache: bytes on the wire and responses per second.
+/// from tern's cache, sequential and concurrent: bytes on the wire,
+/// responses per second and time per request; then the cold burst.
 fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<Outcome> {
     const SIZES: [usize; 4] = [6_040, 11_426, 22_132, 41_518];
     let len = if quick {
-        Lengths { warmup: Duration::from_millis(200), measure: Duration::from_millis(1000) }
+        Lengths { warmup: Duration::from_millis(100), measure: Duration::from_millis(500) }
     } else {
         Lengths { warmup: Duration::from_secs(1), measure: Duration::from_secs(5) }
     };
@@ -285,55 +296,51 @@ fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
         std::fs::write(root.join(format!("{s}.html")), bytes)?;
     }
     let served = Served::start(&root, QUIET_LOG, &["--workers", "1"])?;
-    let mut table = Table(vec![vec![
-        "page".into(),
-        "coding".into(),
-        "bytes".into(),
-        "gain".into(),
-        "req/s".into(),
-        "p99 us".into(),
-    ]]);
+    let mut table = Table(vec![["page", "coding", "conns", "bytes", "gain", "req/s", "mean us", "p99 us"]
+        .map(String::from)
+        .to_vec()]);
     let mut measurements = Vec::new();
     let mut interrupted = false;
     'pages: for s in SIZES {
-        let mut identity = 0.0;
-        for coding in ["identity", "gzip", "br", "zstd"] {
-            let header = format!("Accept-Encoding: {coding}");
-            let report = load(&format!("http://{}/{s}.html", served.addr), &[&header], len, interrupt)?;
-            let bytes = if report.successes == 0 { 0.0 } else { report.body_bytes as f64 / report.successes as f64 };
-            if coding == "identity" {
-                identity = bytes;
-            }
-            let gain = if identity > 0.0 { 1.0 - bytes / identity } else { 0.0 };
-            let mut ms = record::load_measurements(&report, coding, env);
-            ms.retain(|m| ["requests_per_s", "latency_p99"].contains(&m.metric.as_str()));
-            let mut wire = ms[0].clone();
-            wire.metric = "response_bytes".into();
-            wire.value = bytes;
-            wire.unit = "B".into();
-            wire.better = Better::Lower;
-            let mut gained = wire.clone();
-            gained.metric = "compression_gain".into();
-            gained.value = gain * 100.0;
-            gained.unit = "%".into();
-            gained.better = Better::Higher;
-            ms.push(wire);
-            ms.push(gained);
-            for m in &mut ms {
-                m.size = Some(s as u64);
-            }
-            table.0.push(vec![
-                s.to_string(),
-                coding.into(),
-                format!("{bytes:.0}"),
-                format!("{:.1}%", gain * 100.0),
-                format!("{:.0}", report.requests_per_s),
-                report.latency.service.p99_us.to_string(),
-            ]);
-            measurements.extend(ms);
-            if report.run.interrupted || interrupt.load(Ordering::Relaxed) {
-                interrupted = true;
-                break 'pages;
+        for connections in E4_CONNECTIONS {
+            let mut identity = 0.0;
+            for coding in ["identity", "gzip", "br", "zstd"] {
+                let header = format!("Accept-Encoding: {coding}");
+                let url = format!("http://{}/{s}.html", served.addr);
+                let report = load(&url, &[&header], connections, len, interrupt)?;
+                let bytes =
+                    if report.successes == 0 { 0.0 } else { report.body_bytes as f64 / report.successes as f64 };
+                if coding == "identity" {
+                    identity = bytes;
+                }
+                let gain = if identity > 0.0 { 1.0 - bytes / identity } else { 0.0 };
+                let mut ms = record::load_measurements(&report, coding, env);
+                ms.retain(|m| ["requests_per_s", "latency_mean", "latency_p99"].contains(&m.metric.as_str()));
+                let mut wire = ms[0].clone();
+                (wire.metric, wire.value, wire.unit, wire.better) =
+                    ("response_bytes".into(), bytes, "B".into(), Better::Lower);
+                let mut gained = wire.clone();
+                (gained.metric, gained.value, gained.unit, gained.better) =
+                    ("compression_gain".into(), gain * 100.0, "%".into(), Better::Higher);
+                ms.extend([wire, gained]);
+                for m in &mut ms {
+                    m.size = Some(s as u64);
+                }
+                table.0.push(vec![
+                    s.to_string(),
+                    coding.into(),
+                    connections.to_string(),
+                    format!("{bytes:.0}"),
+                    format!("{:.1}%", gain * 100.0),
+                    format!("{:.0}", report.requests_per_s),
+                    format!("{:.0}", report.latency.service.mean_us),
+                    report.latency.service.p99_us.to_string(),
+                ]);
+                measurements.extend(ms);
+                if report.run.interrupted || interrupt.load(Ordering::Relaxed) {
+                    interrupted = true;
+                    break 'pages;
+                }
             }
         }
     }
@@ -354,65 +361,128 @@ fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
         burst_config = b.config;
     }
     let config = serde_json::json!({"pages": SIZES, "codings": ["identity", "gzip", "br", "zstd"],
-        "levels": "tern's defaults", "connections": 4, "threads": 1, "workers": 1,
+        "levels": "tern's defaults", "connections": E4_CONNECTIONS, "threads": 1, "workers": 1,
         "warmup_s": len.warmup.as_secs_f64(), "measure_s": len.measure.as_secs_f64(),
         "published_gain": "21-64%", "burst": burst_config});
     Ok(Outcome { measurements, table, notes, config, interrupted })
 }
 
-/// E5: the probe suites on this host.
-fn e5(quick: bool) -> anyhow::Result<(Outcome, tern_lab::probe::report::ProbeReport)> {
-    use tern_lab::probe::{self, Suite};
+/// The agents E5 also probes (`--agent`, `--token-file`, `--agent-ca`).
+pub struct Agents {
+    pub addrs: Vec<String>,
+    pub reach: super::agent::Reach,
+}
+
+/// What E5 measured: this host's report first, then each agent's that
+/// answered, and the agents that failed (named).
+struct Probed {
+    outcome: Outcome,
+    reports: Vec<tern_lab::probe::report::ProbeReport>,
+    failures: Vec<String>,
+}
+
+/// E5: the probe suites on this host and on each agent in turn (one at a
+/// time, so none disturbs another's figures), one column per host.
+fn e5(quick: bool, agents: &Agents) -> anyhow::Result<Probed> {
+    use tern_lab::probe::{self, Remote, Suite};
     let mut opts = probe::Options::default();
     if quick {
         opts = opts.quick();
     }
-    let report = probe::run(Suite::ALL, &opts)?;
-    let mut table = Table(vec![vec!["figure".into(), "value".into(), "unit".into()]]);
-    for s in &report.suites {
+    // The token is read before anything is measured: a wrong path fails at once.
+    let access = agents.addrs.first().map(|_| agents.reach.access()).transpose()?;
+    let mut reports = vec![probe::run(Suite::ALL, &opts)?];
+    let mut failures = Vec::new();
+    for (addr, access) in agents.addrs.iter().zip(access.iter().cycle()) {
+        opts.agent = Some(Remote { addr: addr.clone(), access: access.clone() });
+        match probe::run_remote(Suite::ALL, &opts) {
+            Ok(r) => reports.push(r),
+            Err(e) => failures.push(format!("agent {addr}: {e}")),
+        }
+    }
+    let mut header = vec!["figure".to_string(), "unit".into()];
+    header.extend(reports.iter().map(|r| r.host.clone()));
+    let mut table = Table(vec![header]);
+    for s in &reports[0].suites {
         for f in &s.figures {
-            table.0.push(vec![
-                format!("{}/{}", s.suite, f.name),
-                tern_lab::probe::report::num(f.value),
-                f.unit.clone(),
-            ]);
+            let mut row = vec![format!("{}/{}", s.suite, f.name), f.unit.clone()];
+            // In this host's unit, as `tern probe --agent` compares them.
+            row.extend(reports.iter().map(|r| {
+                r.figure(&s.suite, &f.name)
+                    .map_or_else(|| "-".into(), |y| tern_lab::probe::report::num(f.in_unit(y.corrected_ns.median)))
+            }));
+            table.0.push(row);
         }
     }
     let outcome = Outcome {
-        measurements: record::probe_measurements(&report),
+        measurements: record::probe_measurements(&reports[0]),
         table,
         notes: Vec::new(),
-        config: serde_json::json!({"suites": "all", "quick": quick, "samples": report.samples}),
+        config: serde_json::json!({"suites": "all", "quick": quick, "samples": reports[0].samples,
+            "hosts": reports.iter().map(|r| r.host.as_str()).collect::<Vec<_>>()}),
         interrupted: false,
     };
-    Ok((outcome, report))
+    Ok(Probed { outcome, reports, failures })
 }
 
-pub fn run(name: &str, quick: bool, gateway: Option<&Path>, recording: &Recording) -> anyhow::Result<ExitCode> {
+/// The stored run of an experiment: `outcome` measured on the host `env`
+/// describes, with `result` (null: the table and notes).
+fn run_data(
+    name: &str,
+    quick: bool,
+    outcome: &Outcome,
+    env: Environment,
+    result: serde_json::Value,
+    ctx: &record::Context,
+) -> RunData {
+    RunData {
+        kind: name.into(),
+        status: if outcome.interrupted { Status::Interrupted } else { Status::Complete },
+        environment: env,
+        tern_version: env!("CARGO_PKG_VERSION").into(),
+        command_line: ctx.command_line.clone(),
+        config: serde_json::json!({"experiment": name, "quick": quick, "settings": outcome.config}),
+        label: if ctx.label.is_empty() {
+            format!("{name}{}", if quick { " --quick" } else { "" })
+        } else {
+            ctx.label.clone()
+        },
+        started_at: ctx.started_at,
+        finished_at: ctx.finished_at,
+        result: if result.is_null() {
+            serde_json::json!({ "table": outcome.table.0, "notes": outcome.notes })
+        } else {
+            result
+        },
+        measurements: outcome.measurements.clone(),
+        histograms: Vec::new(),
+    }
+}
+
+pub fn run(
+    name: &str,
+    quick: bool,
+    gateway: Option<&Path>,
+    agents: &Agents,
+    recording: &Recording,
+) -> anyhow::Result<ExitCode> {
     let started = store::now();
     let env = Environment::capture(tern_lab::probe::cpu::governor(0));
     let interrupt = load::interrupt_on_ctrl_c()?;
+    let mut remote = Vec::new();
+    let mut failures = Vec::new();
     let (outcome, result, env) = match name {
-        "e1" => {
-            let o = e1(quick, &interrupt, &env)?;
-            (o, serde_json::Value::Null, env)
-        }
-        "e4" => {
-            let o = e4(quick, &interrupt, &env)?;
-            (o, serde_json::Value::Null, env)
-        }
+        "e1" => (e1(quick, &interrupt, &env)?, serde_json::Value::Null, env),
+        "e2" => (file_io::e2(quick, gateway, &interrupt, &env)?, serde_json::Value::Null, env),
+        "e3" => (models::e3(quick, gateway, &interrupt, &env)?, serde_json::Value::Null, env),
+        "e4" => (e4(quick, &interrupt, &env)?, serde_json::Value::Null, env),
         "e5" => {
-            let (o, report) = e5(quick)?;
-            let result = serde_json::to_value(&report).unwrap_or_default();
-            (o, result, report.environment)
-        }
-        "e2" => {
-            let o = file_io::e2(quick, gateway, &interrupt, &env)?;
-            (o, serde_json::Value::Null, env)
-        }
-        "e3" => {
-            let o = models::e3(quick, gateway, &interrupt, &env)?;
-            (o, serde_json::Value::Null, env)
+            let mut p = e5(quick, agents)?;
+            failures = p.failures;
+            let local = p.reports.remove(0);
+            remote = p.reports;
+            let result = serde_json::to_value(&local).unwrap_or_default();
+            (p.outcome, result, local.environment)
         }
         other => bail!("no experiment {other:?}: choose one of {}", NAMES.join(", ")),
     };
@@ -420,28 +490,23 @@ pub fn run(name: &str, quick: bool, gateway: Option<&Path>, recording: &Recordin
     for note in &outcome.notes {
         println!("{note}");
     }
-    let table_json: Vec<Vec<String>> = outcome.table.0.clone();
     let ctx = record::Context::here(recording.label.clone(), started);
-    let run = RunData {
-        kind: name.into(),
-        status: if outcome.interrupted { Status::Interrupted } else { Status::Complete },
-        environment: env,
-        tern_version: env!("CARGO_PKG_VERSION").into(),
-        command_line: ctx.command_line,
-        config: serde_json::json!({"experiment": name, "quick": quick, "settings": outcome.config}),
-        label: if ctx.label.is_empty() { format!("{name}{}", if quick { " --quick" } else { "" }) } else { ctx.label },
-        started_at: ctx.started_at,
-        finished_at: ctx.finished_at,
-        result: if result.is_null() {
-            serde_json::json!({ "table": table_json, "notes": outcome.notes })
-        } else {
-            result
-        },
-        measurements: outcome.measurements,
-        histograms: Vec::new(),
-    };
-    if let Some(id) = recording.save(&run) {
+    if let Some(id) = recording.save(&run_data(name, quick, &outcome, env, result, &ctx)) {
         println!("stored as run {id}; chart it with `tern lab serve` (http://127.0.0.1:8686/chart?run={id})");
+    }
+    // Each agent's suites as a run of its own host, so the dashboard
+    // charts the hosts side by side.
+    for r in remote {
+        let mut data = run_data(name, quick, &outcome, r.environment.clone(), serde_json::Value::Null, &ctx);
+        data.measurements = record::probe_measurements(&r);
+        data.label = format!("{} on {}", data.label, r.host);
+        data.result = serde_json::to_value(&r).unwrap_or_default();
+        if let Some(id) = recording.save(&data) {
+            println!("stored agent {}'s run as run {id}", r.host);
+        }
+    }
+    if !failures.is_empty() {
+        bail!("{} of {} agents failed: {}", failures.len(), agents.addrs.len(), failures.join("; "));
     }
     Ok(ExitCode::SUCCESS)
 }

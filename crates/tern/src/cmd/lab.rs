@@ -53,10 +53,10 @@ pub fn store_path(given: Option<&Path>) -> PathBuf {
 }
 
 const LONG_HELP: &str = "\
-Every `tern bench` and `tern probe` run is recorded in the store (unless
---no-store): the host (the probe's environment capture), tern's version, the
-command line and settings, the whole report with its HdrHistogram snapshots,
-and the start and end times. A run stopped with Ctrl-C is stored as
+Every `tern bench`, `tern probe`, `tern lab run` and `tern tune` run is
+recorded in the store (unless --no-store): the host (the probe's environment
+capture), tern's version, the command line and settings, the whole report
+with its HdrHistogram snapshots, and the start and end times. A run stopped with Ctrl-C is stored as
 interrupted; a run is written in one transaction, never in part.
 
 Examples:
@@ -68,6 +68,9 @@ Examples:
   tern lab run e1 --quick             static I/O methods by file size, stored
   tern lab run e2 --quick             the same beside the FastCGI file server (make -C gateway)
   tern lab run e3 --quick             concurrency models x CGI share x CPUs: saturation points
+  tern lab run e4 --quick             compression by page size, 1 connection and 16, cold burst
+  tern lab run e5 --agent b:7700 --token-file t   the OS probes here and on b, side by side
+  tern lab run e1 --quick --no-store  print the table, store nothing
   tern lab serve                      the dashboard on http://127.0.0.1:8686/
   tern lab report 12 13 -o report.html";
 
@@ -137,6 +140,15 @@ pub enum LabCommand {
         /// A label for the run in the store.
         #[arg(long, value_name = "TEXT", default_value = "")]
         label: String,
+        /// Run and print the table, but store nothing.
+        #[arg(long)]
+        no_store: bool,
+        /// e5: also run the suites on this `tern agent` (HOST:PORT;
+        /// repeatable), one column per host; each host's run is stored.
+        #[arg(long, value_name = "HOST:PORT", requires = "token_file")]
+        agent: Vec<String>,
+        #[command(flatten)]
+        reach: super::agent::Reach,
     },
     /// Serve the dashboard (runs, hosts, charts) with tern's own server.
     Serve {
@@ -207,9 +219,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let shown: Vec<String> = ids.iter().map(i64::to_string).collect();
             println!("imported {} runs as {}", ids.len(), shown.join(" "));
         }
-        LabCommand::Run { name, quick, gateway, label } => {
-            let recording = Recording { store: args.store.clone(), no_store: false, label };
-            return super::experiment::run(&name, quick, gateway.as_deref(), &recording);
+        LabCommand::Run { name, quick, gateway, label, no_store, agent, reach } => {
+            if no_store && given.is_some() {
+                anyhow::bail!("--no-store and --store contradict each other: give one");
+            }
+            if !agent.is_empty() && name != "e5" {
+                anyhow::bail!("--agent is for e5 (the probe suites); {name} runs on this host only");
+            }
+            let recording = Recording { store: args.store.clone(), no_store, label };
+            let agents = super::experiment::Agents { addrs: agent, reach };
+            return super::experiment::run(&name, quick, gateway.as_deref(), &agents, &recording);
         }
         LabCommand::Serve { listen } => return super::dashboard::serve(store_path(given), &listen),
         LabCommand::Report { ids, output } => return super::dashboard::report(store_path(given), &ids, &output),

@@ -19,8 +19,8 @@ use super::{drive, Served, QUIET_LOG};
 const MODES: [(&str, &str); 3] =
     [("off", "[compression]\nenabled = false\n"), ("inline", "[compression]\nadaptive = false\n"), ("adaptive", "")];
 
-/// What the burst measured: the table's rows (page, mode, bytes, gain,
-/// req/s, p99 us) and the measurements.
+/// What the burst measured: the table's rows (page, mode, conns, bytes,
+/// gain, req/s, mean us, p99 us) and the measurements.
 pub(super) struct Burst {
     pub rows: Vec<Vec<String>>,
     pub measurements: Vec<Measurement>,
@@ -81,7 +81,8 @@ pub(super) fn burst(
         let subject = format!("burst {mode}");
         let mut ms = record::load_measurements(&report, &subject, env);
         ms.retain(|m| {
-            ["requests_per_s", "latency_p50", "latency_p99", "latency_max", "errors"].contains(&m.metric.as_str())
+            ["requests_per_s", "latency_mean", "latency_p50", "latency_p99", "latency_max", "errors"]
+                .contains(&m.metric.as_str())
         });
         let mut wire = ms[0].clone();
         (wire.metric, wire.value, wire.unit, wire.better) = ("response_bytes".into(), bytes, "B".into(), Better::Lower);
@@ -97,9 +98,11 @@ pub(super) fn burst(
         out.rows.push(vec![
             "burst".into(),
             mode.into(),
+            connections.to_string(),
             format!("{bytes:.0}"),
             format!("{:.1}%", gain * 100.0),
             format!("{:.0}", report.requests_per_s),
+            format!("{:.0}", report.latency.service.mean_us),
             report.latency.service.p99_us.to_string(),
         ]);
     }
