@@ -374,8 +374,12 @@ pub struct StaticFiles {
     /// Threads of the blocking I/O pool shared by the event engine's
     /// workers: opens that miss the open-file table and reads of file pages
     /// not in the page cache run there, so a slow disk never stalls a
-    /// reactor. 0 = off (the worker does them itself), the default until
-    /// the pool has been measured on a quiet machine.
+    /// reactor. 0 = off (the worker does them itself). Default 32, as
+    /// nginx's `aio threads` pool: a thread blocked on a disk holds no
+    /// CPU, and the count bounds how many slow opens and reads are under
+    /// way at once (a disk's queue wants several); a sleeping thread costs
+    /// a few KiB. Started under the event model only (see
+    /// [`Config::io_pool_threads`]).
     pub io_threads: usize,
     /// How long an open file is trusted before it is looked up again
     /// (0 = before every request). Default `"1s"`.
@@ -416,7 +420,7 @@ impl Default for StaticFiles {
             io_methods: Vec::new(),
             read_chunk: Bytes(64 * 1024),
             open_file_cache: 1024,
-            io_threads: 0,
+            io_threads: 32,
             open_file_valid: Seconds(Duration::from_secs(1)),
             charset: "utf-8".into(),
             mime_types: BTreeMap::new(),
@@ -1158,6 +1162,17 @@ impl Config {
         }
     }
 
+    /// Threads the blocking I/O pool gets: `static.io_threads` under the
+    /// event model, 0 under the others, whose threads may block and so do
+    /// their I/O themselves.
+    pub fn io_pool_threads(&self) -> usize {
+        if self.server.model == Model::Event {
+            self.static_files.io_threads
+        } else {
+            0
+        }
+    }
+
     /// Checks the rules a value's type alone cannot express (also after
     /// command-line overrides): `(section, key, message)` of the first
     /// broken one.
@@ -1321,6 +1336,7 @@ mod tests {
         assert_eq!(c.static_files.io, IoChoice::Auto);
         assert_eq!(c.static_files.io_classes, [Bytes(16384), Bytes(262144)]);
         assert_eq!(c.static_files.io_profile, None);
+        assert_eq!((c.static_files.io_threads, c.io_pool_threads()), (32, 32));
         assert_eq!(c.limits.max_body_bytes, Bytes(1 << 20));
         assert_eq!(c.limits.body_buffer, Bytes(64 << 10));
         assert_eq!(c.timeouts.keepalive, Seconds(Duration::from_secs(15)));
@@ -1331,6 +1347,7 @@ mod tests {
     fn models_and_their_thread_settings() {
         let c = parse("[server]\nmodel = \"pool\"\nthreads = 8\ncpus = [0]\n").unwrap();
         assert_eq!((c.server.model, c.server.threads, c.server.cpus.as_slice()), (Model::Pool, 8, &[0][..]));
+        assert_eq!(c.io_pool_threads(), 0, "a pool thread may block: no I/O pool");
         let c = parse("[server]\nmodel = \"per-request\"\nmax_threads = 100\n").unwrap();
         assert_eq!((c.server.model, c.server.max_threads), (Model::PerRequest, 100));
         assert_eq!((Config::default().server.threads, Config::default().server.max_threads), (32, 5000));

@@ -269,7 +269,7 @@ impl Server {
             max_headers: config.limits.max_headers,
         };
         let (read_chunk, unsent) = (config.static_files.read_chunk.usize(), config.limits.unsent_bytes.0);
-        let offload = match config.static_files.io_threads {
+        let offload = match config.io_pool_threads() {
             0 => None,
             n => Some(Offload::start(n, site.root.try_clone()?)?),
         };

@@ -1,10 +1,11 @@
-//! A slow disk never stalls a reactor (`static.io_threads`): a real FUSE
-//! file system (`tests/slow_disk/slowfs.py`, python3-fusepy) serves a
-//! document root in which every read of `slow.bin` takes 200 ms. While one
-//! client downloads it from a server with a single worker, requests for
-//! other files on that worker are answered at once; with the I/O pool off,
-//! the same requests wait for the disk (the control that shows the test
-//! can fail).
+//! A slow disk never stalls a reactor (`static.io_threads`, on by
+//! default): a real FUSE file system (`tests/slow_disk/slowfs.py`,
+//! python3-fusepy) serves a document root in which every read of
+//! `slow.bin` takes 200 ms. While one client downloads it from a server
+//! with a single worker and the default configuration, requests for other
+//! files on that worker are answered at once; with the I/O pool off
+//! (`io_threads = 0`), the same requests wait for the disk (the control
+//! that shows the test can fail).
 //!
 //! The slow file is opened with FUSE's `direct_io`, so the kernel caches
 //! none of its pages: every read of it reaches the file system and is
@@ -105,12 +106,11 @@ struct Run {
     metrics: String,
 }
 
-/// Starts a one-worker server on the slow file system with `io_threads`
-/// and the I/O method `io`, downloads `slow.bin`, and meanwhile asks for
-/// the fast files, one after another.
-fn run(fs: &SlowFs, io: &str, io_threads: usize) -> Run {
-    let config = format!("[static]\nio_threads = {io_threads}\n");
-    let tern = Tern::start(&fs.mount, io, &config, &["--workers", "1"]);
+/// Starts a one-worker server on the slow file system with `config` and
+/// the I/O method `io`, downloads `slow.bin`, and meanwhile asks for the
+/// fast files, one after another.
+fn run(fs: &SlowFs, io: &str, config: &str) -> Run {
+    let tern = Tern::start(&fs.mount, io, config, &["--workers", "1"]);
     let addr = tern.addr;
     let started = Instant::now();
     let slow = std::thread::spawn(move || {
@@ -158,7 +158,8 @@ fn slow_fs() -> (SlowFs, Vec<u8>) {
 fn a_slow_disk_does_not_stall_the_worker() {
     let (fs, slow) = slow_fs();
     for io in IO_METHODS {
-        let run = run(&fs, io, 2);
+        // The default configuration: no `io_threads` given.
+        let run = run(&fs, io, "");
         assert_eq!(run.slow.status, 200, "{io}");
         assert!(run.slow.body == slow, "{io}: slow.bin's bytes differ");
         // 1 MiB in reads of at most 256 KiB, each at least one slow read.
@@ -184,7 +185,7 @@ fn a_slow_disk_does_not_stall_the_worker() {
 #[test]
 fn without_io_threads_a_slow_disk_stalls_the_worker() {
     let (fs, slow) = slow_fs();
-    let run = run(&fs, "sendfile", 0);
+    let run = run(&fs, "sendfile", "[static]\nio_threads = 0\n");
     assert!(run.slow.body == slow, "slow.bin's bytes differ");
     // The first fast request waits for the slow reads the worker is
     // blocked in (`sendfile` reads much of the file in one call).

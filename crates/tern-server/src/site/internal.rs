@@ -84,7 +84,7 @@ pub fn serve(
                             else { t.open_file_hits as f64 / (t.open_file_hits + t.open_file_misses) as f64 },
             },
             "io_pool": {
-                "threads": config.static_files.io_threads,
+                "threads": config.io_pool_threads(),
                 "opens": t.offloaded_opens,
                 "reads": t.offloaded_reads,
             },

@@ -58,7 +58,7 @@ impl Settings {
         let st = &config.static_files;
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         Settings {
-            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)) || st.io_threads > 0,
+            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)) || config.io_pool_threads() > 0,
             charset: st.charset.clone(),
             mime_types: st
                 .mime_types
