@@ -12,10 +12,12 @@
 #      low load to past saturation, DUR seconds each; per step: throughput,
 #      p99 of the response time (measured from each request's intended send
 #      time, so a stall counts for every request it delays), failed requests;
-#   3. the service records of the whole run summarised: service time
-#      (end - start) p50/p99, the spread of start times behind accept
-#      (start - accept, p99), and under staged the mean time queued and
-#      working per stage.
+#   3. the service records summarised: service time (end - start) p50/p99
+#      over the whole run; at the saturation step, from the requests that
+#      arrived during it, the spreads of start - arrival (time waiting to be
+#      served: arrival is when the readiness that brought the request's
+#      first bytes was seen) and end - arrival, p50/p99; under staged the
+#      mean time queued and working per stage.
 # The saturation point of a model is the highest rate it carried (throughput
 # >= 95 % of the rate asked for, p99 under SLO_MS, no failed request).
 # One table per CPU count (bench/lib/models_report.py), plus which model wins
@@ -36,6 +38,10 @@
 #       --slo-ms MS          p99 bound of a carried step           SLO_MS=500
 #       --skip-build         no cargo build / make                 SKIP_BUILD=1
 #       --tern PATH          this tern binary (no cargo build)     TERN=
+#       --no-report          no tables at the end (a part of a sweep
+#                            split over several runs: give all their
+#                            directories to bench/lib/models_report.py)
+#                                                                  REPORT=0
 #   -h, --help
 # Output: tables on stdout; configs, logs, service records, raw JSON of every
 # tern bench run and runs.jsonl in bench/out/models-YYYYmmdd-HHMMSS/.
@@ -58,6 +64,7 @@ CPU_COUNTS=${CPU_COUNTS:-1,2}
 SLO_MS=${SLO_MS:-500}
 SKIP_BUILD=${SKIP_BUILD:-0}
 TERN=${TERN:-}
+REPORT=${REPORT:-1}
 
 readonly PACKAGES=(curl make gcc libc6-dev python3 procps util-linux)
 readonly STATIC_PATH=/static/115k.bin
@@ -75,6 +82,7 @@ parse_args() {
             --cpus) CPU_COUNTS=$2; shift 2 ;;
             --slo-ms) SLO_MS=$2; shift 2 ;;
             --tern) TERN=$2; shift 2 ;;
+            --no-report) REPORT=0; shift ;;
             *) bench_option "duration connections skip-build" "$@"; shift "$BENCH_SHIFT" ;;
         esac
     done
@@ -196,6 +204,11 @@ stop_tern() {
     TERN_PID=""
 }
 
+# monotonic_us: now on CLOCK_MONOTONIC, the service records' clock.
+monotonic_us() {
+    python3 -c 'import time; print(time.monotonic_ns() // 1000)'
+}
+
 # bench_json FILE DURATION [RATE]: one tern bench run (on CPU 1 when the server
 # has CPU 0 alone) writing its JSON report to FILE.
 bench_json() {
@@ -216,7 +229,7 @@ measure() {
     CUR_CPUS=$cpus
     start_tern "$model" "$cpus" "$rundir" || return 0
     mix_for "$share"
-    local load0 busy0 busy1 t0 t1
+    local load0 busy0 busy1 t0 t1 m0 m1
     bench_json "$rundir/probe.json" "$PROBE"
     local capacity
     capacity=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["requests_per_s"]))' \
@@ -232,12 +245,14 @@ measure() {
     for step in "${STEP_LIST[@]}"; do
         rate=$(awk -v c="$capacity" -v f="$step" 'BEGIN { r = int(c * f); print (r < 1 ? 1 : r) }')
         load0=$(cut -d' ' -f1 /proc/loadavg)
+        m0=$(monotonic_us)
         busy0=$(system_busy_ticks); t0=$(date +%s.%N)
         bench_json "$rundir/step-$step.json" "$DUR" "$rate"
         t1=$(date +%s.%N); busy1=$(system_busy_ticks)
-        printf '{"model":"%s","cpus":%s,"share":%s,"capacity":%s,"step":%s,"rate":%s,"file":"%s","loadavg_before":%s,"system_busy_ticks":%s,"wall_s":%s}\n' \
+        m1=$(monotonic_us)
+        printf '{"model":"%s","cpus":%s,"share":%s,"capacity":%s,"step":%s,"rate":%s,"file":"%s","loadavg_before":%s,"system_busy_ticks":%s,"wall_s":%s,"t0_us":%s,"t1_us":%s}\n' \
             "$model" "$cpus" "$share" "$capacity" "$step" "$rate" "$rundir/step-$step.json" "$load0" \
-            $((busy1 - busy0)) "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')" >>"$RUNS"
+            $((busy1 - busy0)) "$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f", b - a}')" "$m0" "$m1" >>"$RUNS"
     done
     kill -0 "$TERN_PID" 2>/dev/null || bench_banner "tern --model $model died during the run (see $rundir)"
     # The records are complete once the server has exited (flushed at exit).
@@ -267,7 +282,9 @@ main() {
         done
     done
     printf 'loadavg_end\t%s\nelapsed_s\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" $((SECONDS - start)) >>"$OUT/meta.tsv"
-    python3 "$ROOT/bench/lib/models_report.py" "$OUT" --slo-ms "$SLO_MS" | tee "$OUT/report.txt"
+    if [[ $REPORT == 1 ]]; then
+        python3 "$ROOT/bench/lib/models_report.py" "$OUT" --slo-ms "$SLO_MS" | tee "$OUT/report.txt"
+    fi
     [[ -s $SKIPS ]] && bench_banner "Some runs were SKIPPED:" "$(cat "$SKIPS")"
     bench_log "raw data in $OUT"
 }

@@ -184,11 +184,16 @@ pub struct Conn {
     /// The send buffer was fixed small (a slow reader).
     send_clamped: bool,
     /// For service records (`log.service_records`; the clock is read for
-    /// them only when they are kept): when the connection was accepted,
-    /// when the current request's service started, and the answered
+    /// them only when they are kept): when the connection was accepted;
+    /// when the request being read arrived (the readiness that brought its
+    /// first bytes, [`Worker::seen`]) and when the latest bytes did (what
+    /// a pipelined request behind the current one arrived with); when the
+    /// current request arrived and its service started; and the answered
     /// requests whose responses are not all sent yet.
     accepted: Instant,
-    started: Option<Instant>,
+    arriving: Instant,
+    read_at: Instant,
+    started: Option<(Instant, Instant)>,
     unsent: Vec<Unsent>,
     /// When the queued responses were all sent, when their records are
     /// written later (in the staged engine's log stage).
@@ -216,6 +221,7 @@ pub struct Conn {
 
 /// An answered request waiting for the end of its response.
 struct Unsent {
+    arrived: Instant,
     start: Instant,
     status: u16,
     bytes: u64,
@@ -249,6 +255,8 @@ impl Conn {
             timer: Timer { clock: Clock::Header, start: w.now, bytes: 0 },
             send_clamped: false,
             accepted: if w.records.enabled() { Instant::now() } else { w.now },
+            arriving: w.seen,
+            read_at: w.seen,
             started: None,
             unsent: Vec::new(),
             sent_at: None,
@@ -508,8 +516,13 @@ impl Conn {
                     if self.peer_closed {
                         return self.closed_mid_head(shared, w);
                     }
+                    let new_request = self.rpos == self.rbuf.len();
                     match self.fill(w) {
                         Fill::Got => {
+                            self.read_at = w.seen;
+                            if new_request {
+                                self.arriving = w.seen;
+                            }
                             if self.timer.clock == Clock::Idle {
                                 let bytes = self.timer.bytes;
                                 self.set_clock(Clock::Header, w);
@@ -762,8 +775,8 @@ impl Conn {
     /// response is sent.
     fn answered(&mut self, w: &Worker<'_>, status: u16, bytes: u64) {
         if w.records.enabled() {
-            let start = self.started.take().unwrap_or_else(Instant::now);
-            self.unsent.push(Unsent { start, status, bytes });
+            let (arrived, start) = self.started.take().unwrap_or_else(|| (self.arriving, Instant::now()));
+            self.unsent.push(Unsent { arrived, start, status, bytes });
         }
     }
 
@@ -782,6 +795,7 @@ impl Conn {
             let stages = if i == last { self.stages.take(now) } else { None };
             w.records.record(&Record {
                 accepted: self.accepted,
+                arrived: u.arrived,
                 start: u.start,
                 end,
                 status: u.status,
@@ -829,7 +843,10 @@ impl Conn {
             Ok(Head::Complete(req)) => {
                 self.redirects = 0;
                 if w.records.enabled() {
-                    self.started = Some(Instant::now());
+                    self.started = Some((self.arriving, Instant::now()));
+                    // Bytes behind this head (a pipelined request) came
+                    // with the latest read at the latest.
+                    self.arriving = self.read_at;
                 }
                 let max = w.config.limits.max_body_bytes.0;
                 match BodyReader::new(req.framing, max) {

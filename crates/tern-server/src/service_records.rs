@@ -42,7 +42,7 @@ impl Stage {
 }
 
 /// The first line of a records file.
-const HEADER: &str = "accept_us,start_us,end_us,status,bytes,\
+const HEADER: &str = "accept_us,arrive_us,start_us,end_us,status,bytes,\
 read_queued_us,read_working_us,handle_queued_us,handle_working_us,\
 send_queued_us,send_working_us,log_queued_us,log_working_us\n";
 
@@ -130,6 +130,10 @@ impl RecordTarget {
 /// One request's row.
 pub struct Record {
     pub accepted: Instant,
+    /// The readiness that brought the request's first bytes was seen (by
+    /// the thread that read them, or by the front that queued the
+    /// connection): `start - arrived` is the time it waited to be served.
+    pub arrived: Instant,
     pub start: Instant,
     pub end: Instant,
     pub status: u16,
@@ -166,7 +170,7 @@ impl ServiceLog {
         };
         let mut n = itoa::Buffer::new();
         let b = &mut self.buf;
-        for v in [us(r.accepted), us(r.start), us(r.end), u64::from(r.status), r.bytes] {
+        for v in [us(r.accepted), us(r.arrived), us(r.start), us(r.end), u64::from(r.status), r.bytes] {
             b.extend_from_slice(n.format(v).as_bytes());
             b.push(b',');
         }
@@ -210,10 +214,19 @@ mod tests {
         let mut log = ServiceLog::new(&target, 1 << 20);
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        log.record(&Record { accepted: t0, start: t0 + ms(1), end: t0 + ms(3), status: 200, bytes: 5, stages: None });
+        let (arrived, start, end) = (t0 + ms(1), t0 + ms(2), t0 + ms(4));
+        log.record(&Record { accepted: t0, arrived, start, end, status: 200, bytes: 5, stages: None });
         let mut stages = [StageTime::default(); STAGES.len()];
         stages[1] = StageTime { queued: Duration::from_micros(7), working: Duration::from_micros(40) };
-        log.record(&Record { accepted: t0, start: t0, end: t0, status: 404, bytes: 0, stages: Some(stages) });
+        log.record(&Record {
+            accepted: t0,
+            arrived: t0,
+            start: t0,
+            end: t0,
+            status: 404,
+            bytes: 0,
+            stages: Some(stages),
+        });
         assert_eq!(std::fs::read_to_string(&path).unwrap(), HEADER, "buffered until flushed");
         log.flush();
         let text = std::fs::read_to_string(&path).unwrap();
@@ -221,9 +234,10 @@ mod tests {
         let columns = HEADER.trim_end().split(',').count();
         assert_eq!(rows.len(), 2);
         let n = |s: &str| s.parse::<u64>().unwrap();
-        assert_eq!((n(rows[0][1]) - n(rows[0][0]), n(rows[0][2]) - n(rows[0][0])), (1000, 3000));
-        assert_eq!(&rows[0][3..], ["200", "5", "", "", "", "", "", "", "", ""]);
-        assert_eq!(&rows[1][3..], ["404", "0", "0", "0", "7", "40", "0", "0", "0", "0"]);
+        let after_accept: Vec<u64> = (1..4).map(|i| n(rows[0][i]) - n(rows[0][0])).collect();
+        assert_eq!(after_accept, [1000, 2000, 4000], "arrive, start, end");
+        assert_eq!(&rows[0][4..], ["200", "5", "", "", "", "", "", "", "", ""]);
+        assert_eq!(&rows[1][4..], ["404", "0", "0", "0", "7", "40", "0", "0", "0", "0"]);
         assert!(rows.iter().all(|r| r.len() == columns));
         // A second server appending to the same file adds no header.
         drop(RecordTarget::open(path.to_str().unwrap()).unwrap());

@@ -173,6 +173,11 @@ pub struct Worker<'s> {
     pub io: &'s StaticIo,
     /// Read once per event-loop turn.
     pub now: Instant,
+    /// When the readiness being handled was seen: the engine's wait
+    /// returned it ([`Worker::tick_clock`]), or, for a connection taken
+    /// from a queue, its front saw it. A request arrives then (its service
+    /// record's `arrive_us`), so time queued behind other work shows.
+    pub seen: Instant,
     pub date: DateCache,
     pub files: OpenFileTable,
     pub log: AccessLog,
@@ -217,6 +222,7 @@ impl<'s> Worker<'s> {
             stats: &server.workers[index],
             io,
             now: Instant::now(),
+            seen: Instant::now(),
             date: DateCache::new(SystemTime::now()),
             files: OpenFileTable::new(config.static_files.open_file_cache, config.static_files.open_file_valid.0),
             log: AccessLog::new(access, config.log.access_buffer.usize()),
@@ -237,6 +243,7 @@ impl<'s> Worker<'s> {
     /// Reads the clock; called once per event-loop turn.
     pub fn tick_clock(&mut self) {
         self.now = Instant::now();
+        self.seen = self.now;
         self.date.update(SystemTime::now());
     }
 

@@ -39,24 +39,71 @@ fn read_response(s: &mut TcpStream, head_request: bool) -> (u16, usize) {
     }
 }
 
+/// The header row.
+const HEADER: &str = "accept_us,arrive_us,start_us,end_us,status,bytes,read_queued_us,read_working_us,\
+                      handle_queued_us,handle_working_us,send_queued_us,send_working_us,log_queued_us,log_working_us";
+/// Columns: accept, arrive, start, end, status, bytes, then the stages'.
+const ACCEPT: usize = 0;
+const ARRIVE: usize = 1;
+const START: usize = 2;
+const END: usize = 3;
+const STATUS: usize = 4;
+const BYTES: usize = 5;
+const STAGES: usize = 6;
+/// How long the client waits before its keep-alive connection's last
+/// request.
+const PAUSE_US: u64 = 300_000;
+
+/// A site with the CGI program `cgi-bin/NAME` that runs `first` (shell),
+/// then answers `hello\n`.
+fn site_with_program(name: &str, first: &str) -> common::Site {
+    let site = common::site();
+    let cgi = site.root.join("cgi-bin");
+    std::fs::create_dir_all(&cgi).unwrap();
+    let program = cgi.join(name);
+    let text = format!("#!/bin/sh\n{first}\nprintf 'Content-Type: text/plain\\nContent-Length: 6\\n\\nhello\\n'\n");
+    std::fs::write(&program, text).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    site
+}
+
+/// A server on `site` writing its records (and `config`) into `dir`.
+fn start(site: &common::Site, dir: &tempfile::TempDir, config: &str, extra: &[&str]) -> Tern {
+    let records = dir.path().join("records.csv");
+    let config = format!("[log]\naccess = \"off\"\nservice_records = \"{}\"\n{config}", records.display());
+    Tern::start(&site.root, "sendfile", &config, extra)
+}
+
+/// Ends the server (its records are flushed at exit) and reads its rows,
+/// sorted by service start, a column left empty as `None`.
+fn finish(mut tern: Tern, dir: &tempfile::TempDir) -> Vec<Vec<Option<u64>>> {
+    let status = tern.terminate(Duration::from_secs(10)).expect("exits on SIGTERM");
+    assert!(status.success());
+    let text = std::fs::read_to_string(dir.path().join("records.csv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(HEADER));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == 14), "14 columns:\n{text}");
+    let mut rows: Vec<Vec<Option<u64>>> =
+        rows.iter().map(|r| r.iter().map(|c| (!c.is_empty()).then(|| c.parse().unwrap())).collect()).collect();
+    rows.sort_by_key(|r| r[START]);
+    rows
+}
+
+fn n(r: &[Option<u64>], i: usize) -> u64 {
+    r[i].unwrap_or_else(|| panic!("column {i} empty: {r:?}"))
+}
+
 /// The rows a server writes for the requests below (sorted by service
 /// start), checked for what every model writes: the header, one row per
 /// request with its status and bytes, the times in order. `config` is
 /// added to the server's, `extra` to its command line; `during` sees the
 /// running server after the requests.
 fn rows_for(config: &str, extra: &[&str], during: impl FnOnce(&Tern)) -> Vec<Vec<u64>> {
-    let site = common::site();
-    let cgi = site.root.join("cgi-bin");
-    std::fs::create_dir_all(&cgi).unwrap();
-    let program = cgi.join("hello.sh");
-    std::fs::write(&program, "#!/bin/sh\nprintf 'Content-Type: text/plain\\nContent-Length: 6\\n\\nhello\\n'\n")
-        .unwrap();
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let site = site_with_program("hello.sh", "");
     let dir = tempfile::tempdir().unwrap();
-    let records = dir.path().join("records.csv");
-    let config = format!("[log]\naccess = \"off\"\nservice_records = \"{}\"\n{config}", records.display());
     let before = monotonic_us();
-    let mut tern = Tern::start(&site.root, "sendfile", &config, extra);
+    let tern = start(&site, &dir, config, extra);
 
     // One keep-alive connection, a request at a time.
     let mut s = TcpStream::connect(tern.addr).unwrap();
@@ -65,6 +112,9 @@ fn rows_for(config: &str, extra: &[&str], during: impl FnOnce(&Tern)) -> Vec<Vec
     for (method, path) in
         [("GET", "/small.txt"), ("GET", "/missing"), ("GET", "/cgi-bin/hello.sh"), ("HEAD", "/big.bin")]
     {
+        if method == "HEAD" {
+            std::thread::sleep(Duration::from_micros(PAUSE_US));
+        }
         s.write_all(format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).unwrap();
         seen.push(read_response(&mut s, method == "HEAD"));
     }
@@ -76,47 +126,38 @@ fn rows_for(config: &str, extra: &[&str], during: impl FnOnce(&Tern)) -> Vec<Vec
     assert!(seen[1].1 > 0, "the 404 page has a body");
     during(&tern);
 
-    let status = tern.terminate(Duration::from_secs(10)).expect("exits on SIGTERM");
-    assert!(status.success());
+    let mut rows = finish(tern, &dir);
     let after = monotonic_us();
-    let text = std::fs::read_to_string(&records).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some(
-            "accept_us,start_us,end_us,status,bytes,read_queued_us,read_working_us,handle_queued_us,\
-             handle_working_us,send_queued_us,send_working_us,log_queued_us,log_working_us"
-        )
-    );
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert!(rows.iter().all(|r| r.len() == 13), "13 columns:\n{text}");
     // The rows of the requests above (a status page asked for `during`
     // has its own): by service start, as rows of different workers may
     // come in any order.
-    let mut rows: Vec<Vec<Option<u64>>> =
-        rows.iter().map(|r| r.iter().map(|c| (!c.is_empty()).then(|| c.parse().unwrap())).collect()).collect();
-    rows.sort_by_key(|r| r[1]);
     rows.truncate(seen.len());
-    assert_eq!(rows.len(), 5, "one row per request:\n{text}");
-    let n = |r: &[Option<u64>], i: usize| r[i].unwrap_or_else(|| panic!("column {i} empty: {r:?}"));
-    let got: Vec<(u16, usize)> = rows.iter().map(|r| (n(r, 3) as u16, n(r, 4) as usize)).collect();
+    assert_eq!(rows.len(), 5, "one row per request: {rows:?}");
+    let got: Vec<(u16, usize)> = rows.iter().map(|r| (n(r, STATUS) as u16, n(r, BYTES) as usize)).collect();
     assert_eq!(got, seen, "status and body bytes per request, in order");
     for r in &rows {
-        let (accept, start, end) = (n(r, 0), n(r, 1), n(r, 2));
-        assert!(before <= accept && accept <= start && start <= end && end <= after, "times in order: {r:?}");
+        let (accept, arrive, start, end) = (n(r, ACCEPT), n(r, ARRIVE), n(r, START), n(r, END));
+        assert!(
+            before <= accept && accept <= arrive && arrive <= start && start <= end && end <= after,
+            "times in order: {r:?}"
+        );
     }
-    // The keep-alive connection's requests: accepted once, served one
-    // after the other; the last connection came after all of them.
-    assert!(rows[..4].iter().all(|r| r[0] == rows[0][0]), "one accept time per connection");
+    // The keep-alive connection's requests: accepted once, each arriving
+    // after the previous one's answer was sent (the client waits for it),
+    // served one after the other.
+    assert!(rows[..4].iter().all(|r| r[ACCEPT] == rows[0][ACCEPT]), "one accept time per connection");
     for pair in rows[..4].windows(2) {
-        assert!(n(&pair[0], 2) <= n(&pair[1], 1), "each request starts after the previous one ended: {pair:?}");
+        assert!(n(&pair[0], END) <= n(&pair[1], ARRIVE), "each request arrives after the previous one ended: {pair:?}");
     }
+    // The last request came after the client's pause: its arrival, not
+    // its connection's accept, is when it asked.
+    assert!(n(&rows[3], ARRIVE) >= n(&rows[2], END) + PAUSE_US, "arrival after the pause: {rows:?}");
     // Accepted after the previous request started (its end is read after
     // the answer left, so the client may connect before it is taken).
-    assert!(n(&rows[4], 0) >= n(&rows[3], 1), "the last connection came after the others: {rows:?}");
+    assert!(n(&rows[4], ACCEPT) >= n(&rows[3], START), "the last connection came after the others: {rows:?}");
     // The stage columns are all filled, or all empty.
     for r in &rows {
-        assert!(r[5..].iter().all(Option::is_some) || r[5..].iter().all(Option::is_none), "{r:?}");
+        assert!(r[STAGES..].iter().all(Option::is_some) || r[STAGES..].iter().all(Option::is_none), "{r:?}");
     }
     rows.iter().map(|r| r.iter().map(|c| c.unwrap_or(u64::MAX)).collect()).collect()
 }
@@ -127,7 +168,42 @@ const EMPTY: u64 = u64::MAX;
 #[test]
 fn one_row_per_request_with_its_times_status_and_bytes() {
     let rows = rows_for("", &["--model", "event"], |_| {});
-    assert!(rows.iter().all(|r| r[5..].iter().all(|&c| c == EMPTY)), "no stage times under the event engine: {rows:?}");
+    assert!(
+        rows.iter().all(|r| r[STAGES..].iter().all(|&c| c == EMPTY)),
+        "no stage times under the event engine: {rows:?}"
+    );
+}
+
+/// Time queued shows: under the pool model with one thread, held by a
+/// program that runs for a second, a request on a keep-alive connection
+/// opened long before waits for the thread, and its row says so from the
+/// request's arrival (its connection's accept says nothing about it).
+#[test]
+fn a_request_queued_behind_a_busy_thread_waits_from_its_arrival_to_its_start() {
+    let site = site_with_program("slow.sh", "sleep 1");
+    let dir = tempfile::tempdir().unwrap();
+    let tern = start(&site, &dir, "[server]\nthreads = 1\n", &["--model", "pool"]);
+    let addr = tern.addr;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let ask = |s: &mut TcpStream| {
+        s.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(read_response(s, false), (200, 1000));
+    };
+    ask(&mut s);
+    let program = std::thread::spawn(move || common::get(addr, "/cgi-bin/slow.sh", ""));
+    // The program has started and holds the only thread.
+    std::thread::sleep(Duration::from_millis(200));
+    ask(&mut s);
+    let answer = program.join().unwrap();
+    assert_eq!((answer.status, answer.body.as_slice()), (200, &b"hello\n"[..]));
+    let rows = finish(tern, &dir);
+    let waited: Vec<&Vec<Option<u64>>> = rows.iter().filter(|r| r[ACCEPT] == rows[0][ACCEPT]).collect();
+    assert_eq!(waited.len(), 2, "two requests on the keep-alive connection: {rows:?}");
+    let second = waited[1];
+    let wait = n(second, START) - n(second, ARRIVE);
+    assert!(wait >= 300_000, "the request waited for the thread from its arrival: {wait} µs: {rows:?}");
+    assert!(n(second, ARRIVE) - n(second, ACCEPT) >= 200_000, "it arrived long after the accept: {rows:?}");
 }
 
 #[test]
@@ -163,12 +239,13 @@ fn under_staged_each_row_has_its_time_queued_and_working_per_stage_and_the_statu
         }
     });
     for r in &rows {
-        assert!(r[5..].iter().all(|&c| c != EMPTY), "every stage column filled under staged: {r:?}");
+        assert!(r[STAGES..].iter().all(|&c| c != EMPTY), "every stage column filled under staged: {r:?}");
     }
     // The program's row: starting it (handle) and relaying its output
     // until it exited (send) took time.
     let cgi = &rows[2];
-    assert!(cgi[8] > 0 && cgi[10] > 0, "handle and send working time of the CGI request: {cgi:?}");
+    let (handle_working, send_working) = (cgi[STAGES + 3], cgi[STAGES + 5]);
+    assert!(handle_working > 0 && send_working > 0, "handle and send working time of the CGI request: {cgi:?}");
 }
 
 #[test]

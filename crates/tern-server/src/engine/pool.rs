@@ -409,6 +409,7 @@ pub(super) fn run_thread(
         match taken {
             Ok(taken) => {
                 taken.conn.arrive(&mut w);
+                w.seen = taken.since;
                 w.note_open(shared.server.connections.load(Ordering::Relaxed));
                 serve(&mut w, taken);
             }
