@@ -30,7 +30,7 @@ use crate::metrics::Ending;
 use crate::shared::Shared;
 use crate::worker::{Doorbell, Watcher, Worker};
 
-use super::front::{self, LISTENER_BASE, WAKE};
+use super::front::{self, Listening, WAKE};
 
 /// Connection `k` has token `2k` for its socket and `2k + 1` for its
 /// backend's descriptor (a CGI pipe, a FastCGI socket); the waker and the
@@ -38,9 +38,6 @@ use super::front::{self, LISTENER_BASE, WAKE};
 /// The open-file table's change reports (inotify).
 const FILES: Token = Token(usize::MAX - 1);
 const TICK: Duration = Duration::from_secs(1);
-/// Connections accepted per listener per loop turn, so a flood of new
-/// connections cannot starve the ones already open.
-const ACCEPT_BATCH: usize = 64;
 
 /// Runs worker `index` until shutdown. Sends its waker (or the error that
 /// kept it from starting) on `ready`; the waker is rung when the server's
@@ -52,7 +49,7 @@ pub fn run(
     inbox: Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
 ) {
-    let (mut poll, waker, mut listeners) = match front::reactor(listeners) {
+    let (mut poll, waker, listeners) = match front::reactor(listeners) {
         Ok(parts) => parts,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -80,7 +77,7 @@ pub fn run(
     ));
     let _ = ready.send(Ok(waker));
     let mut w = shared.worker(index, Box::new(EpollWatcher { registry, doorbell: doorbell.clone() }));
-    w.listeners = listeners.iter().map(|l| l.as_raw_fd()).collect();
+    let mut listening = Listening::new(listeners, &mut w);
     // A reactor: what may wait for a disk goes to the I/O pool.
     w.offload = shared.offload.as_ref();
     if let Some(fd) = w.files.changes_fd().map(|fd| fd.as_raw_fd()) {
@@ -93,10 +90,6 @@ pub fn run(
     let mut events = Events::with_capacity(1024);
     let mut next_tick = w.now + TICK;
     let mut ending = Ending::Running;
-    // Listeners that may still hold connections: readiness is
-    // edge-triggered, so after a full batch no new event would come for
-    // the connections left in the accept queue.
-    let mut backlog = vec![false; listeners.len()];
     let mut rung = Vec::new();
 
     loop {
@@ -124,7 +117,7 @@ pub fn run(
         if let Some(reap) = w.reaper.wake_in(w.now) {
             timeout = timeout.min(reap);
         }
-        if backlog.contains(&true) {
+        if listening.pending() {
             timeout = Duration::ZERO;
         }
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {
@@ -152,9 +145,7 @@ pub fn run(
                         adopt(shared, &mut w, &poll, &mut conns, moved, ending);
                     }
                 }
-                Token(t) if t > LISTENER_BASE - listeners.len() && ending == Ending::Running => {
-                    backlog[LISTENER_BASE - t] = true;
-                }
+                token if listening.ready(token) => {}
                 Token(t) => {
                     let key = t / 2;
                     let readable = event.is_readable() || event.is_error();
@@ -178,12 +169,16 @@ pub fn run(
         }
         w.stats.in_flight.set(0);
         // New connections after the turn's requests, a batch per listener.
-        for (i, more) in backlog.iter_mut().enumerate() {
-            if *more {
-                *more = accept(shared, &mut w, &poll, &listeners[i], &mut conns, index);
-                w.note_open(conns.len());
+        listening.accept(shared, &mut w, index, poll.registry(), &mut conns, |w, conns, stream, peer| {
+            let entry = conns.vacant_entry();
+            let mut conn = Conn::new(entry.key(), stream, peer, w);
+            if !register(shared, w, &poll, &conn, entry.key()) {
+                return conn.recycle(w);
             }
-        }
+            entry.insert(conn);
+            w.stats.active.add(1);
+        });
+        w.note_open(conns.len());
         // Room another worker at the cap asked for (it rang the waker).
         front::give_room(shared, &mut w, index, poll.registry(), &mut conns);
         if w.reaper.has_pending() {
@@ -191,15 +186,7 @@ pub fn run(
         }
         let now_ending = shared.server.ending();
         if now_ending != ending {
-            if ending == Ending::Running {
-                // Stop accepting (a successor has the listening sockets).
-                for l in listeners.iter_mut() {
-                    let _ = poll.registry().deregister(l);
-                }
-                listeners.clear();
-                w.listeners.clear();
-                backlog.clear();
-            }
+            listening.stop(poll.registry(), &mut w);
             ending = now_ending;
             let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
             for key in keys {
@@ -320,43 +307,6 @@ impl Watcher for EpollWatcher {
     fn doorbell(&self) -> Option<&Arc<Doorbell>> {
         Some(&self.doorbell)
     }
-}
-
-/// Accepts up to a batch of connections; returns whether more may be
-/// waiting (the batch was used up).
-fn accept(
-    shared: &Shared,
-    w: &mut Worker<'_>,
-    poll: &Poll,
-    listener: &mio::net::TcpListener,
-    conns: &mut Slab<Conn>,
-    index: usize,
-) -> bool {
-    for _ in 0..ACCEPT_BATCH {
-        let (stream, peer) = match front::accept(listener) {
-            Ok(Some(accepted)) => accepted,
-            Ok(None) => return false,
-            Err(e) => {
-                // EMFILE and the like: leave the rest in the backlog.
-                log!(Level::Error, "accept failed: {e}");
-                return false;
-            }
-        };
-        let Some(stream) =
-            front::admit(shared, w, stream, peer, |w| front::make_room(shared, w, index, poll.registry(), conns))
-        else {
-            continue;
-        };
-        let entry = conns.vacant_entry();
-        let mut conn = Conn::new(entry.key(), stream, peer, w);
-        if !register(shared, w, poll, &conn, entry.key()) {
-            conn.recycle(w);
-            continue;
-        }
-        entry.insert(conn);
-        w.stats.active.add(1);
-    }
-    true
 }
 
 fn close(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {

@@ -9,7 +9,7 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
@@ -38,6 +38,10 @@ pub struct Started {
     pub doors: Vec<(Sender<Moved>, Arc<Waker>)>,
 }
 
+/// Connections accepted per listener per loop turn, so a flood of new
+/// connections cannot starve the ones already open.
+const ACCEPT_BATCH: usize = 64;
+
 /// The waker's token in a front thread's epoll set.
 pub const WAKE: Token = Token(usize::MAX);
 /// Listener `i` has token `LISTENER_BASE - i`; the tokens below are the
@@ -55,6 +59,89 @@ pub fn reactor(listeners: Vec<TcpListener>) -> io::Result<(Poll, Arc<Waker>, Vec
         mio_listeners.push(l);
     }
     Ok((poll, waker, mio_listeners))
+}
+
+/// A front's listening sockets while it accepts, and which of them may
+/// still hold connections: readiness is edge-triggered, so after a full
+/// batch no new event comes for the connections left in the accept queue.
+pub struct Listening {
+    listeners: Vec<mio::net::TcpListener>,
+    backlog: Vec<bool>,
+}
+
+impl Listening {
+    /// The listeners of [`reactor`]; `w` names them for the load signal.
+    pub fn new(listeners: Vec<mio::net::TcpListener>, w: &mut Worker<'_>) -> Listening {
+        w.listeners = listeners.iter().map(AsRawFd::as_raw_fd).collect();
+        Listening { backlog: vec![false; listeners.len()], listeners }
+    }
+
+    /// Whether `token` is a listener's, which then has connections to
+    /// accept (none once it stopped accepting).
+    pub fn ready(&mut self, token: Token) -> bool {
+        let Some(i) = LISTENER_BASE.checked_sub(token.0).filter(|&i| i < self.listeners.len()) else { return false };
+        self.backlog[i] = true;
+        true
+    }
+
+    /// Whether a listener may still hold connections: the next wait must
+    /// not block.
+    pub fn pending(&self) -> bool {
+        self.backlog.contains(&true)
+    }
+
+    /// Accepts a batch from each listener that may hold connections, for
+    /// front `index` holding `conns`: each is admitted under the limits
+    /// ([`admit`], making room at the cap) or refused, and `take` gets the
+    /// admitted ones.
+    pub fn accept(
+        &mut self,
+        shared: &Shared,
+        w: &mut Worker<'_>,
+        index: usize,
+        registry: &Registry,
+        conns: &mut Slab<Conn>,
+        mut take: impl FnMut(&mut Worker<'_>, &mut Slab<Conn>, TcpStream, SocketAddr),
+    ) {
+        for (listener, more) in self.listeners.iter().zip(self.backlog.iter_mut()) {
+            if *more {
+                *more = accept_batch(listener, |stream, peer| {
+                    if let Some(stream) =
+                        admit(shared, w, stream, peer, |w| make_room(shared, w, index, registry, conns))
+                    {
+                        take(w, conns, stream, peer);
+                    }
+                });
+            }
+        }
+    }
+
+    /// Stops accepting (a successor has the listening sockets).
+    pub fn stop(&mut self, registry: &Registry, w: &mut Worker<'_>) {
+        for l in &mut self.listeners {
+            let _ = registry.deregister(l);
+        }
+        self.listeners.clear();
+        self.backlog.clear();
+        w.listeners.clear();
+    }
+}
+
+/// Hands up to a batch of connections taken off `listener` to `each`;
+/// returns whether more may be waiting (the batch was used up).
+fn accept_batch(listener: &mio::net::TcpListener, mut each: impl FnMut(TcpStream, SocketAddr)) -> bool {
+    for _ in 0..ACCEPT_BATCH {
+        match accept(listener) {
+            Ok(Some((stream, peer))) => each(stream, peer),
+            Ok(None) => return false,
+            Err(e) => {
+                // EMFILE and the like: leave the rest in the backlog.
+                log!(Level::Error, "accept failed: {e}");
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Starts `count` front threads, each once the one before it has reported

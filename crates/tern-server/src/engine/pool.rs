@@ -21,7 +21,6 @@
 
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -29,7 +28,7 @@ use std::time::Instant;
 
 use crossbeam_channel as channel;
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
 use crate::config::Level;
@@ -42,10 +41,7 @@ use crate::sys;
 use crate::worker::{BufPool, Wait, Worker};
 
 use super::blocking::{self, Asked, Left, TICK};
-use super::front::{self, Started, LISTENER_BASE, WAKE};
-
-/// Connections accepted per listener per loop turn.
-const ACCEPT_BATCH: usize = 64;
+use super::front::{self, Listening, Started, WAKE};
 
 /// Statistics blocks: one per front, then one per pool thread.
 pub fn stat_blocks(fronts: usize, threads: usize) -> usize {
@@ -140,7 +136,7 @@ fn run_front(
     queues: &[channel::Sender<Work>],
     returns: &channel::Receiver<Back>,
 ) {
-    let (poll, waker, mut listeners) = match front::reactor(listeners) {
+    let (poll, waker, listeners) = match front::reactor(listeners) {
         Ok(parts) => parts,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -159,16 +155,12 @@ fn run_front(
         queues,
     };
     f.w.files.stop_watching();
-    f.w.listeners = listeners.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut listening = Listening::new(listeners, &mut f.w);
     let mut events = Events::with_capacity(1024);
     let mut next_tick = f.w.now + TICK;
-    let mut backlog = vec![false; listeners.len()];
     loop {
-        let timeout = if backlog.contains(&true) {
-            std::time::Duration::ZERO
-        } else {
-            next_tick.saturating_duration_since(f.w.now)
-        };
+        let timeout =
+            if listening.pending() { std::time::Duration::ZERO } else { next_tick.saturating_duration_since(f.w.now) };
         if let Err(e) = f.poll.poll(&mut events, Some(timeout)) {
             if e.kind() != io::ErrorKind::Interrupted {
                 log!(Level::Error, "front {index}: poll failed: {e}");
@@ -183,11 +175,7 @@ fn run_front(
                         f.adopt(moved);
                     }
                 }
-                Token(t) if t > LISTENER_BASE - listeners.len() => {
-                    if f.ending == Ending::Running {
-                        backlog[LISTENER_BASE - t] = true;
-                    }
-                }
+                token if listening.ready(token) => {}
                 Token(key) => {
                     let read_closed = event.is_read_closed();
                     f.unpark(
@@ -218,23 +206,12 @@ fn run_front(
                 Back::Closed => f.w.stats.active.set(f.w.stats.active.get().saturating_sub(1)),
             }
         }
-        for (i, more) in backlog.iter_mut().enumerate() {
-            if *more {
-                *more = f.accept(&listeners[i]);
-            }
-        }
+        f.accept(&mut listening);
         // Room another front at the cap asked for (it rang the waker).
         front::give_room(shared, &mut f.w, index, f.poll.registry(), &mut f.parked);
         let now_ending = shared.server.ending();
         if now_ending != f.ending {
-            if f.ending == Ending::Running {
-                for l in listeners.iter_mut() {
-                    let _ = f.poll.registry().deregister(l);
-                }
-                listeners.clear();
-                f.w.listeners.clear();
-                backlog.clear();
-            }
+            listening.stop(f.poll.registry(), &mut f.w);
             f.ending = now_ending;
             let keys: Vec<usize> = f.parked.iter().map(|(k, _)| k).collect();
             for key in keys {
@@ -295,28 +272,15 @@ struct Front<'s, 'q> {
 }
 
 impl Front<'_, '_> {
-    /// Accepts up to a batch; returns whether more may be waiting.
-    fn accept(&mut self, listener: &mio::net::TcpListener) -> bool {
-        for _ in 0..ACCEPT_BATCH {
-            let (stream, peer) = match front::accept(listener) {
-                Ok(Some(accepted)) => accepted,
-                Ok(None) => return false,
-                Err(e) => {
-                    log!(Level::Error, "accept failed: {e}");
-                    return false;
-                }
-            };
-            let (shared, index, parked, registry) = (self.shared, self.index, &mut self.parked, self.poll.registry());
-            let Some(stream) = front::admit(shared, &mut self.w, stream, peer, |w| {
-                front::make_room(shared, w, index, registry, parked)
-            }) else {
-                continue;
-            };
-            self.w.stats.active.add(1);
-            let conn = Conn::new(0, stream, peer, &self.w);
-            self.park(conn);
-        }
-        true
+    /// Accepts a batch per listener with connections waiting; each
+    /// admitted one is parked until it has a request.
+    fn accept(&mut self, listening: &mut Listening) {
+        let (shared, ending, registry) = (self.shared, self.ending, self.poll.registry());
+        listening.accept(shared, &mut self.w, self.index, registry, &mut self.parked, |w, parked, stream, peer| {
+            w.stats.active.add(1);
+            let conn = Conn::new(0, stream, peer, w);
+            park(shared, w, registry, parked, ending, conn);
+        });
     }
 
     /// Takes a connection handed over by a replaced server.
@@ -330,29 +294,8 @@ impl Front<'_, '_> {
 
     /// Watches a connection's socket in the directions it waits for, or
     /// hands it over (a replaced server, no request in flight).
-    fn park(&mut self, mut conn: Conn) {
-        if self.ending == Ending::Stop {
-            conn.begin_stop(&mut self.w);
-        }
-        if front::leaves(self.shared, &conn, self.ending) {
-            return front::hand_over(self.shared, &mut self.w, conn);
-        }
-        let entry = self.parked.vacant_entry();
-        let fd = conn.fd();
-        let interest = match conn.waits().0 {
-            Wait { read: true, write: true } => Interest::READABLE | Interest::WRITABLE,
-            Wait { write: true, .. } => Interest::WRITABLE,
-            _ => Interest::READABLE,
-        };
-        match self.poll.registry().register(&mut SourceFd(&fd), Token(entry.key()), interest) {
-            Ok(()) => {
-                entry.insert(conn);
-            }
-            Err(e) => {
-                log!(Level::Error, "cannot watch an idle connection: {e}");
-                self.close(conn);
-            }
-        }
+    fn park(&mut self, conn: Conn) {
+        park(self.shared, &mut self.w, self.poll.registry(), &mut self.parked, self.ending, conn);
     }
 
     /// A parked connection became readable: off to the pool.
@@ -387,6 +330,42 @@ impl Front<'_, '_> {
     fn close(&mut self, mut conn: Conn) {
         front::forget(self.shared, &self.w, conn.peer());
         conn.recycle(&mut self.w);
+    }
+}
+
+/// Watches a connection's socket in `parked` (a front's) in the directions
+/// it waits for, or hands it over (a replaced server, no request in
+/// flight).
+fn park(
+    shared: &Shared,
+    w: &mut Worker<'_>,
+    registry: &Registry,
+    parked: &mut Slab<Conn>,
+    ending: Ending,
+    mut conn: Conn,
+) {
+    if ending == Ending::Stop {
+        conn.begin_stop(w);
+    }
+    if front::leaves(shared, &conn, ending) {
+        return front::hand_over(shared, w, conn);
+    }
+    let entry = parked.vacant_entry();
+    let fd = conn.fd();
+    let interest = match conn.waits().0 {
+        Wait { read: true, write: true } => Interest::READABLE | Interest::WRITABLE,
+        Wait { write: true, .. } => Interest::WRITABLE,
+        _ => Interest::READABLE,
+    };
+    match registry.register(&mut SourceFd(&fd), Token(entry.key()), interest) {
+        Ok(()) => {
+            entry.insert(conn);
+        }
+        Err(e) => {
+            log!(Level::Error, "cannot watch an idle connection: {e}");
+            front::forget(shared, w, conn.peer());
+            conn.recycle(w);
+        }
     }
 }
 
