@@ -222,7 +222,9 @@ impl OutQueue {
     pub fn flush_tls(&mut self, tls: &mut Session, sock: &std::net::TcpStream, now: Instant) -> io::Result<Flushed> {
         tls.start_flush(sock, now);
         loop {
-            if !tls.send_pending(sock)? {
+            // Records held back (tickets) join this output's first write.
+            let join = !self.segments.is_empty() && tls.take_held();
+            if !join && !tls.send_pending(sock)? {
                 return Ok(Flushed::Blocked);
             }
             if self.segments.is_empty() {

@@ -145,6 +145,7 @@ impl Setup {
                     last_flush: None,
                     started: false,
                     done: false,
+                    held: false,
                 }))
             }
             Err(e) => {
@@ -231,6 +232,8 @@ pub struct Session {
     started: bool,
     /// The handshake completed (and was counted).
     done: bool,
+    /// Records held back to leave with the next output (see `fill`).
+    held: bool,
 }
 
 /// The socket as rustls reads it, telling whether a read was short (the
@@ -320,19 +323,28 @@ impl Session {
                     return Got::PlainHttp;
                 }
             }
-            if let Err(e) = self.conn.process_new_packets() {
-                log!(Level::Debug, "TLS: {e}");
-                // The alert rustls queued, best effort.
-                let _ = self.send_pending(sock);
-                stats.tls_failed.incr();
-                self.done = true;
-                return Got::Failed;
-            }
+            let state = match self.conn.process_new_packets() {
+                Ok(state) => state,
+                Err(e) => {
+                    log!(Level::Debug, "TLS: {e}");
+                    // The alert rustls queued, best effort.
+                    let _ = self.send_pending(sock);
+                    stats.tls_failed.incr();
+                    self.done = true;
+                    return Got::Failed;
+                }
+            };
             if !self.done && !self.conn.is_handshaking() {
                 self.done = true;
                 self.count_handshake(stats);
             }
-            if self.send_pending(sock).is_err() {
+            // The session tickets that follow a handshake wait for the
+            // answer to the request that came with the client's Finished:
+            // one write for both, not two (a client's read and a segment
+            // saved per new connection).
+            if !self.conn.is_handshaking() && state.plaintext_bytes_to_read() > 0 {
+                self.held = self.conn.wants_write();
+            } else if self.send_pending(sock).is_err() {
                 return Got::Failed;
             }
         }
@@ -354,6 +366,7 @@ impl Session {
     /// Writes the records rustls holds; `Ok(false)` when the socket is
     /// full.
     pub fn send_pending(&mut self, sock: &TcpStream) -> io::Result<bool> {
+        self.held = false;
         while self.conn.wants_write() {
             match self.conn.write_tls(&mut &*sock) {
                 Ok(_) => {}
@@ -363,6 +376,12 @@ impl Session {
             }
         }
         Ok(true)
+    }
+
+    /// Whether records were held back for the output about to be
+    /// encrypted (then they leave with it, in its first write); clears it.
+    pub fn take_held(&mut self) -> bool {
+        std::mem::take(&mut self.held)
     }
 
     /// Header lines every response over this session carries.
@@ -377,7 +396,7 @@ impl Session {
     pub fn start_flush(&mut self, sock: &TcpStream, now: Instant) {
         let idle = self.last_flush.is_none_or(|t| now.saturating_duration_since(t) >= IDLE);
         self.last_flush = Some(now);
-        if idle && !self.conn.wants_write() {
+        if idle && (self.held || !self.conn.wants_write()) {
             self.small_len = sys::segment_size(sock.as_fd()).saturating_sub(RECORD_OVERHEAD);
             self.small = if (1..FULL_RECORD).contains(&self.small_len) { SMALL_RECORDS } else { 0 };
         }
