@@ -8,14 +8,22 @@
 # 2. Two servers up at once on the same site: `tern serve` with no
 #    configuration (the defaults) and with tuned.toml (unchanged, except
 #    cgi.allow_root when run as root, so the CGI workload can run).
-# 3. For every workload the battery tunes - static files of 1 KiB, 16 KiB,
-#    256 KiB and 1 MiB (io, read_chunk, model), a CGI program sending 1 MiB
-#    (pipe_buffer), a 41,518-byte HTML page with gzip and with br (levels,
-#    adaptive) - wrk -tT -cC -dD --latency against each server in turn, the
-#    order alternating from one repetition to the next, REPS times: the
-#    median requests/s and p99 of each, the ratio tuned/default, and the
-#    share of the machine's CPU that was busy during the runs (the servers,
-#    wrk and anything else).
+   Each server is started once the one before has decided how it sends
+#    static files (the default's start-up calibration, a fraction of a
+#    second), so no calibration measures while another runs.
+# 3. For every steady workload the battery judges its choices on (the same
+#    list as tern tune's, crates/tern/src/cmd/tune/batteries.rs) - static
+#    files of 1 KiB, 16 KiB, 64 KiB, 256 KiB and 1 MiB (io, read_chunk,
+#    model), a CGI program sending 1 MiB (pipe_buffer, model), the
+#    41,518-byte HTML page with gzip, br and zstd, from the compression
+#    cache (levels, model) - wrk -tT -cC -dD --latency against each server
+#    in turn, the order alternating from one repetition to the next, REPS
+#    times: the median requests/s and p99 of each, the ratio tuned/default,
+#    and the share of the machine's CPU that was busy during the runs (the
+#    servers, wrk and anything else). tern tune judges at 4 connections
+#    too, and two things this check does not measure: the levels on a page
+#    compressed anew for every response (bytes saved per second) and the
+#    adaptive thresholds on a cold burst of distinct pages.
 #
 # Run it on a quiet machine: other work moves the figures (the busy share
 # says how much there was).
@@ -77,7 +85,7 @@ fi
 # The site: files of each size, a page, a CGI program.
 SITE=$OUT/site
 mkdir -p "$SITE/cgi-bin"
-declare -A SIZE_BYTES=([1k]=1024 [16k]=16384 [256k]=262144 [1m]=1048576)
+declare -A SIZE_BYTES=([1k]=1024 [16k]=16384 [64k]=65536 [256k]=262144 [1m]=1048576)
 for s in "${!SIZE_BYTES[@]}"; do head -c "${SIZE_BYTES[$s]}" /dev/urandom >"$SITE/$s.bin"; done
 python3 "$ROOT/bench/lib/compression_pages.py" "$SITE" >/dev/null
 head -c 1048576 /dev/urandom >"$OUT/cgi-output.bin"
@@ -112,21 +120,28 @@ for which in default tuned; do
     PID[$which]=$!
     BENCH_PIDS+=("${PID[$which]}")
     wait_http "http://127.0.0.1:${PORT[$which]}/1k.bin" "${PID[$which]}" 20 || bench_die "tern ($which) did not start"
-done
-sleep 1 # the default server's start-up I/O calibration (about 250 ms)
-for which in default tuned; do
-    curl -s "http://127.0.0.1:${PORT[$which]}/_tern/status" >"$OUT/$which-status-before.json"
+    # Until its start-up calibration (if any) has decided.
+    for _ in $(seq 1 100); do
+        curl -s "http://127.0.0.1:${PORT[$which]}/_tern/status" >"$OUT/$which-status-before.json"
+        grep -q '"source": *"calibrating"' "$OUT/$which-status-before.json" || break
+        sleep 0.1
+    done
+    python3 -c 'import json, sys; io = json.load(open(sys.argv[1]))["io"]
+print(sys.argv[2] + ": static.io " + io["mode"] + ", " + io["source"] + ": " + ", ".join(c["class"] + " " + c["method"] for c in io["classes"]))' \
+        "$OUT/$which-status-before.json" "$which" | tee -a "$OUT/machine.txt" >&2
 done
 
 # name|path|header
 WORKLOADS=(
     "1KiB|/1k.bin|"
     "16KiB|/16k.bin|"
+    "64KiB|/64k.bin|"
     "256KiB|/256k.bin|"
     "1MiB|/1m.bin|"
     "cgi 1MiB|/cgi-bin/out.sh|"
     "page gzip|/page-41518.html|Accept-Encoding: gzip"
     "page br|/page-41518.html|Accept-Encoding: br"
+    "page zstd|/page-41518.html|Accept-Encoding: zstd"
 )
 : >"$RUNS"
 for w in "${WORKLOADS[@]}"; do

@@ -29,7 +29,7 @@ use crate::body::{Flushed, OutQueue};
 use crate::config::IoMethod;
 use crate::listeners;
 use crate::open_files::{Identity, OpenFile};
-use crate::static_io::{index, safe_choices, ClassChoice, METHODS};
+use crate::static_io::{index, to_measure, ClassChoice, METHODS};
 use crate::sys;
 
 /// Rounds per class and method (the best is kept).
@@ -40,19 +40,25 @@ const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: tern\r\nDate: Tue, 24 Nov 2026 
 Content-Type: application/octet-stream\r\nLast-Modified: Tue, 24 Nov 2026 19:00:00 GMT\r\n\
 ETag: \"6744f1e0.0-100000\"\r\nAccept-Ranges: bytes\r\nContent-Length: 1048576\r\n\r\n";
 
-/// Measures every class above `static_io::SMALL` within `budget` (the
-/// files and connections it prepares included); the others keep their
-/// rule. Returns the choice per class.
+/// Measures the classes of `choices` left to it (`static_io::to_measure`:
+/// above `static_io::SMALL` and not configured) within `budget` (the files
+/// and connections it prepares included); the others keep their choice.
+/// Returns the choice per class.
 ///
 /// Every round measures each method once per class; a round that would
 /// not end within the budget (judged by the longest so far: on a busy
 /// machine a slice's responses take longer to finish than the slice) is
 /// not started, so a calibration ends on time with fewer rounds rather
 /// than late.
-pub fn run(bounds: &[u64], budget: Duration, read_chunk: usize, unsent: u64) -> io::Result<Vec<ClassChoice>> {
+pub fn run(
+    bounds: &[u64],
+    mut choices: Vec<ClassChoice>,
+    budget: Duration,
+    read_chunk: usize,
+    unsent: u64,
+) -> io::Result<Vec<ClassChoice>> {
     let start = Instant::now();
-    let mut choices = safe_choices(bounds);
-    let measured: Vec<usize> = (0..choices.len()).filter(|&i| choices[i].basis != "rule").collect();
+    let measured: Vec<usize> = (0..choices.len()).filter(|&i| to_measure(&choices[i])).collect();
     if measured.is_empty() {
         return Ok(choices);
     }

@@ -364,9 +364,11 @@ pub struct StaticFiles {
     pub io_profile: Option<PathBuf>,
     /// The method per size class, smallest first, as `tern tune` writes
     /// them: with `io = "auto"` they are used instead of measuring at
-    /// start-up (one entry per class: one more than `io_classes`; not with
-    /// `io_profile`). Default `[]`: measure.
-    pub io_methods: Vec<IoMethod>,
+    /// start-up, except where an entry is `"auto"`: that class is measured
+    /// as without them (so a tuned file pins only the classes where a method
+    /// beat the calibration). One entry per class: one more than
+    /// `io_classes`; not with `io_profile`. Default `[]`: measure.
+    pub io_methods: Vec<IoChoice>,
     /// Buffer size of the `read` method. Default `"64KiB"`.
     pub read_chunk: Bytes,
     /// Entries in each worker's open-file table. Default 1024.
@@ -1400,8 +1402,11 @@ mod tests {
 
     #[test]
     fn io_methods_one_per_class() {
-        let c = parse("[static]\nio_methods = [\"mmap\", \"read\", \"sendfile\"]\n").unwrap();
-        assert_eq!(c.static_files.io_methods, [IoMethod::Mmap, IoMethod::Read, IoMethod::Sendfile]);
+        let c = parse("[static]\nio_methods = [\"mmap\", \"auto\", \"sendfile\"]\n").unwrap();
+        assert_eq!(
+            c.static_files.io_methods,
+            [IoChoice::Fixed(IoMethod::Mmap), IoChoice::Auto, IoChoice::Fixed(IoMethod::Sendfile)]
+        );
         assert!(parse("").unwrap().static_files.io_methods.is_empty());
         for (text, wanted) in [
             ("[static]\n\nio_methods = [\"mmap\"]\n", "line 3: static.io_methods: needs one method per size class"),

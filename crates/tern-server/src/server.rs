@@ -398,7 +398,8 @@ const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis
 /// safe choices), then switches to the winners and logs them.
 fn calibrate_in_background(io: &StaticIo, read_chunk: usize, unsent: u64) {
     let start = std::time::Instant::now();
-    let outcome = calibrate::run(io.bounds(), CALIBRATION_BUDGET, read_chunk, unsent).map_err(|e| e.to_string());
+    let outcome =
+        calibrate::run(io.bounds(), io.choices(), CALIBRATION_BUDGET, read_chunk, unsent).map_err(|e| e.to_string());
     io.calibrated(outcome, start.elapsed().as_millis());
     log!(Level::Info, "{}", io.describe());
 }

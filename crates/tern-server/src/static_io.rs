@@ -4,7 +4,8 @@
 //! `static.io_methods` (as `tern tune` writes them) or a profile written by
 //! `tern tune --io` when `static.io_profile` names one, else from a
 //! calibration over loopback (`calibrate.rs`) that runs in the
-//! background at start-up. Until it ends, the safe choices serve.
+//! background at start-up (for the classes `static.io_methods` leaves to
+//! it with `"auto"`, or all). Until it ends, the safe choices serve.
 //!
 //! Classes up to [`SMALL`] are never measured: their head and body leave in
 //! one `sendmsg` from the mapping, the fewest system calls per request.
@@ -81,11 +82,19 @@ impl StaticIo {
             (IoChoice::Fixed(m), _) => {
                 ("fixed", String::new(), vec![ClassChoice { method: m, basis: "fixed", rates: None }; bounds.len() + 1])
             }
-            (IoChoice::Auto, _) if !st.io_methods.is_empty() => (
-                "configured",
-                String::new(),
-                st.io_methods.iter().map(|&method| ClassChoice { method, basis: "configured", rates: None }).collect(),
-            ),
+            (IoChoice::Auto, _) if !st.io_methods.is_empty() => {
+                let classes: Vec<ClassChoice> = st
+                    .io_methods
+                    .iter()
+                    .zip(safe_choices(&bounds))
+                    .map(|(choice, safe)| match *choice {
+                        IoChoice::Fixed(method) => ClassChoice { method, basis: "configured", rates: None },
+                        IoChoice::Auto => safe,
+                    })
+                    .collect();
+                let source = if classes.iter().any(to_measure) { "calibrating" } else { "configured" };
+                (source, String::new(), classes)
+            }
             (IoChoice::Auto, Some(path)) => ("profile", path.display().to_string(), Profile::load(path, &bounds)?),
             (IoChoice::Auto, None) => ("calibrating", String::new(), safe_choices(&bounds)),
         };
@@ -111,6 +120,11 @@ impl StaticIo {
 
     pub fn bounds(&self) -> &[u64] {
         &self.bounds
+    }
+
+    /// The current choice per class (what a calibration starts from).
+    pub fn choices(&self) -> Vec<ClassChoice> {
+        self.report().classes
     }
 
     /// The method for `file`'s body: its size class's (a file without a
@@ -191,13 +205,22 @@ impl StaticIo {
     }
 }
 
+/// Whether the start-up calibration measures this class: one left to it
+/// (not small, not configured).
+pub fn to_measure(c: &ClassChoice) -> bool {
+    c.basis == SAFE_DEFAULT
+}
+
+/// The basis of a class the calibration has yet to measure.
+const SAFE_DEFAULT: &str = "safe default";
+
 /// Before any measurement: `mmap` for small classes (fewest system
 /// calls), `sendfile` above.
 pub fn safe_choices(bounds: &[u64]) -> Vec<ClassChoice> {
     (0..=bounds.len())
         .map(|i| match bounds.get(i) {
             Some(&b) if b <= SMALL => ClassChoice { method: IoMethod::Mmap, basis: "rule", rates: None },
-            _ => ClassChoice { method: IoMethod::Sendfile, basis: "safe default", rates: None },
+            _ => ClassChoice { method: IoMethod::Sendfile, basis: SAFE_DEFAULT, rates: None },
         })
         .collect()
 }

@@ -1,7 +1,8 @@
 //! `static.io = "auto"`: a profile forces the method per size class (seen
 //! in the per-method body counters of /metrics and in /_tern/status), the
-//! methods configured per class (`static.io_methods`) are used, the
-//! start-up calibration finishes and is reported, `tern tune --io` writes a
+//! methods configured per class (`static.io_methods`) are used, a class
+//! they leave `"auto"` is calibrated, the start-up calibration finishes and
+//! is reported, `tern tune --io` writes a
 //! profile the server accepts, and bodies are byte-exact on both sides of
 //! every class boundary.
 
@@ -104,6 +105,40 @@ fn configured_io_methods_choose_the_method_of_each_size_class() {
     let methods: Vec<&str> = classes.iter().map(|c| c["method"].as_str().unwrap()).collect();
     assert_eq!(methods, ["sendfile", "read", "mmap"]);
     assert!(classes.iter().all(|c| c["basis"] == "configured"), "{io}");
+}
+
+#[test]
+fn an_auto_entry_in_io_methods_leaves_its_class_to_the_calibration() {
+    let (root, files) = root_with(&[2048, 2049, 300_000, 1_048_577]);
+    let config = "[static]\nio_classes = [\"2KiB\", \"1MiB\"]\nio_methods = [\"read\", \"auto\", \"sendfile\"]\n";
+    let tern = Tern::start(root.path(), "auto", config, &[]);
+    let start = Instant::now();
+    let io = loop {
+        let s = status(&tern);
+        if s["io"]["source"] != "calibrating" {
+            break s["io"].clone();
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "still calibrating: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(io["source"], "calibrated", "{io}");
+    let classes = io["classes"].as_array().unwrap();
+    let bases: Vec<&str> = classes.iter().map(|c| c["basis"].as_str().unwrap()).collect();
+    assert_eq!(bases, ["configured", "measured", "configured"], "{io}");
+    assert_eq!((classes[0]["method"].as_str(), classes[2]["method"].as_str()), (Some("read"), Some("sendfile")));
+    assert!(classes[1]["responses_per_s"].as_object().unwrap().values().all(|v| v.as_f64().unwrap() > 0.0), "{io}");
+    assert!(classes[0]["responses_per_s"].is_null() && classes[2]["responses_per_s"].is_null(), "{io}");
+    let measured = classes[1]["method"].as_str().unwrap();
+    fetch_all(&tern, &files);
+    let mut want = [("read", 1), ("sendfile", 1), ("mmap", 0)];
+    for (m, n) in &mut want {
+        if *m == measured {
+            *n += 2;
+        }
+    }
+    for (m, n) in want {
+        assert_eq!(bodies_by(&tern, m), n, "bodies sent by {m} (the middle class measured {measured}): {io}");
+    }
 }
 
 #[test]

@@ -37,10 +37,16 @@ pub const NAMES: [&str; 5] = ["e1", "e2", "e3", "e4", "e5"];
 pub(super) struct Served {
     child: Child,
     pub(super) addr: String,
+    /// How it sends static files, as it reported once decided (`static.io
+    /// auto: calibrated …`).
+    pub(super) io: String,
 }
 
 impl Served {
-    /// `tern serve ROOT` with `config` and the command-line `args`.
+    /// `tern serve ROOT` with `config` and the command-line `args`, once it
+    /// listens and has decided how to send static files: a start-up
+    /// calibration (a fraction of a second) is over before anything is
+    /// measured, and never overlaps the next server's.
     pub(super) fn start(root: &Path, config: &str, args: &[&str]) -> anyhow::Result<Served> {
         let file = root.with_extension("toml");
         std::fs::write(&file, config).with_context(|| format!("cannot write {}", file.display()))?;
@@ -57,22 +63,26 @@ impl Served {
             .spawn()
             .context("cannot start tern serve")?;
         let mut lines = BufReader::new(child.stderr.take().context("no stderr")?).lines();
+        let mut next = |what: &str| match lines.next() {
+            Some(Ok(line)) => Ok(line),
+            _ => {
+                let _ = child.wait();
+                bail!("tern serve exited before {what}");
+            }
+        };
         let addr = loop {
-            match lines.next() {
-                Some(Ok(line)) => {
-                    if let Some(rest) = line.split("listening on http://").nth(1) {
-                        break rest.split('/').next().unwrap_or_default().to_string();
-                    }
-                }
-                _ => {
-                    let _ = child.wait();
-                    bail!("tern serve exited before listening");
-                }
+            if let Some(rest) = next("listening")?.split("listening on http://").nth(1) {
+                break rest.split('/').next().unwrap_or_default().to_string();
+            }
+        };
+        let io = loop {
+            if let Some(rest) = next("saying how it sends files")?.strip_prefix("tern: static.io ") {
+                break format!("static.io {rest}");
             }
         };
         // Keep reading, so the server never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
-        Ok(Served { child, addr })
+        Ok(Served { child, addr, io })
     }
 }
 

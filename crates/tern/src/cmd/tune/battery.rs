@@ -1,14 +1,25 @@
 //! One battery of `tern tune`: candidate settings measured side by side.
 //!
 //! Each candidate is a `tern serve` child (the base configuration, what
-//! earlier batteries chose, the battery's fixed settings and the
-//! candidate's own) on a loopback port, loaded by tern-lab's load generator
-//! in interleaved rounds: every round measures every candidate once per
-//! workload, starting at a different candidate each round, so a slow
-//! spell of the machine falls on all of them. A candidate's figure is the
-//! median of its rounds; it replaces the default only when it is ahead by
-//! more than the noise (the half-spread of the rounds of either, at least
-//! [`MIN_NOISE`]).
+//! earlier batteries chose, the battery's fixed settings, the workload's
+//! and the candidate's own) on a loopback port, loaded by tern-lab's load
+//! generator. A battery makes one or more decisions (one setting, or one
+//! per size class or coding); each is judged on every workload its setting
+//! affects. The workloads are measured one after another, each in
+//! interleaved rounds: every round measures every candidate still in the
+//! running once, starting at a different one each round, so a slow spell
+//! of the machine falls on all of them. A candidate's figure is the median
+//! of its rounds; it is ahead of the default when that median beats the
+//! default's by more than the noise (the half-spread of the rounds of
+//! either, at least [`MIN_NOISE`]).
+//!
+//! A candidate replaces the default only when it is ahead on **every**
+//! workload of its decision, so a setting that wins on small files but
+//! loses on large ones or on CGI is never chosen: the choice is right by
+//! construction, as far as the noise allows. A candidate that falls behind
+//! or ties on one workload is out of that decision and not measured on
+//! its later workloads (which keeps the full battery to minutes); a
+//! workload where only the default is left is not measured at all.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +29,7 @@ use tern_lab::load::{self, plan, Options, Plan, RequestSpec, Stop, Url};
 use tern_lab::probe::env::Environment;
 use tern_lab::probe::figure::Better;
 use tern_lab::store::{self, record, Measurement, RunData, Status};
+use tern_server::Config;
 
 use super::output::{self, Tuned};
 use crate::cmd::experiment::Served;
@@ -27,7 +39,7 @@ use crate::cmd::lab::Recording;
 pub const MIN_NOISE: f64 = 0.03;
 
 /// One key a server is started with.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Setting {
     pub section: &'static str,
     pub key: &'static str,
@@ -55,17 +67,35 @@ pub struct Workload {
     /// Scored in bytes saved per second against this identity size
     /// (compression) instead of responses per second.
     pub identity: Option<u64>,
+    /// Keys the servers measuring this workload get besides the battery's
+    /// (e.g. no compression cache); servers are started anew when it
+    /// differs from the previous workload's.
+    pub setup: Vec<Setting>,
+    /// The decision it is judged for (an index into `Battery::decisions`).
+    pub decision: usize,
 }
 
-/// How a battery turns its verdicts into settings.
+/// One choice a battery makes.
+pub struct Decision {
+    /// How the comments name it: a size class, a coding; empty when the
+    /// battery makes only one.
+    pub name: String,
+    /// The default candidate: the base configuration's value.
+    pub default: usize,
+}
+
+/// How a battery turns its decisions into settings.
 pub enum Decides {
-    /// One choice (one workload): the winner's keys are written.
+    /// One decision: the winner's keys are written.
     One,
-    /// A choice per workload: workload `i` writes `keys[i]` with the value
-    /// its winner sets for it.
-    PerWorkload(Vec<(&'static str, &'static str)>),
-    /// A method per workload, each a size class: `static.io_methods`.
-    IoMethods,
+    /// Decision `i` writes `keys[i]` with the value its winner sets.
+    PerDecision(Vec<(&'static str, &'static str)>),
+    /// A method per decision, each a size class: `static.io_methods`;
+    /// `kept[i]` is what a class whose default stays is written as (its
+    /// base value: "auto" when left to the start-up calibration), and
+    /// `configured` the base's `static.io`, which stays when every class
+    /// keeps its default.
+    IoMethods { configured: toml::Value, kept: Vec<String> },
 }
 
 pub struct Battery {
@@ -75,9 +105,9 @@ pub struct Battery {
     /// Keys every candidate's server gets (not written to the output).
     pub fixed: Vec<Setting>,
     pub candidates: Vec<Candidate>,
+    /// Measured in this order; each judged for its decision.
     pub workloads: Vec<Workload>,
-    /// The default candidate per workload.
-    pub defaults: Vec<usize>,
+    pub decisions: Vec<Decision>,
     pub decides: Decides,
     /// A new server per sample (cold caches), no warm-up.
     pub fresh: bool,
@@ -90,7 +120,8 @@ pub struct Lab<'a> {
     /// Where the batteries' files live.
     pub root: &'a Path,
     pub rounds: usize,
-    /// Each sample's length, and the warm-up before a server's first.
+    /// Each sample's length, and the warm-up before a server's first
+    /// sample of a workload.
     pub sample: Duration,
     pub warmup: Duration,
     pub quick: bool,
@@ -100,39 +131,62 @@ pub struct Lab<'a> {
     pub tuned: Vec<Tuned>,
 }
 
-/// A candidate's standing on one workload.
-pub struct Verdict {
-    pub winner: usize,
-    pub medians: Vec<f64>,
-    pub noise: f64,
-    /// Another candidate's median was ahead of the default's, within noise.
-    pub kept: bool,
-}
-
-/// The median of the rounds of each candidate; the winner (see the module).
-pub fn choose(samples: &[Vec<f64>], default: usize) -> Verdict {
-    let medians: Vec<f64> = samples.iter().map(|s| median(s)).collect();
-    let spread = |i: usize| {
-        let s = &samples[i];
+/// The noise between two candidates' rounds on one workload: the larger
+/// half-spread relative to its median, at least [`MIN_NOISE`].
+pub fn noise(a: &[f64], b: &[f64]) -> f64 {
+    let spread = |s: &[f64]| {
+        let m = median(s);
         let (lo, hi) = s.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-        if medians[i] > 0.0 && !s.is_empty() {
-            (hi - lo) / 2.0 / medians[i]
+        if m > 0.0 && !s.is_empty() {
+            (hi - lo) / 2.0 / m
         } else {
             0.0
         }
     };
-    let best = (0..medians.len()).max_by(|&a, &b| medians[a].total_cmp(&medians[b])).unwrap_or(default);
-    let noise = MIN_NOISE.max(spread(default)).max(spread(best));
-    if best == default || medians[best] <= 0.0 {
-        return Verdict { winner: default, medians, noise, kept: false };
-    }
-    if medians[default] > 0.0 && medians[best] <= medians[default] * (1.0 + noise) {
-        return Verdict { winner: default, medians, noise, kept: true };
-    }
-    Verdict { winner: best, medians, noise, kept: false }
+    MIN_NOISE.max(spread(a)).max(spread(b))
 }
 
-fn median(v: &[f64]) -> f64 {
+/// Whether rounds `c` are ahead of the default's rounds `d` by more than
+/// the noise (a default that failed, median 0, is behind any measured
+/// candidate).
+pub fn ahead(c: &[f64], d: &[f64]) -> bool {
+    let (mc, md) = (median(c), median(d));
+    mc > 0.0 && mc > md * (1.0 + noise(c, d))
+}
+
+/// The candidate a decision chooses from `samples[candidate][workload]`
+/// over its workloads `ws`: among those ahead of the default on every one
+/// of them, the one whose smallest ratio to the default is largest; else
+/// the default. No workload, or one not measured: the default.
+pub fn choose(samples: &[Vec<Vec<f64>>], ws: &[usize], default: usize) -> usize {
+    let worst = |c: usize| {
+        ws.iter()
+            .map(|&w| {
+                let (sc, sd) = (&samples[c][w], &samples[default][w]);
+                if sc.is_empty() || !ahead(sc, sd) {
+                    return 0.0;
+                }
+                let md = median(sd);
+                if md > 0.0 {
+                    median(sc) / md
+                } else {
+                    f64::MAX
+                }
+            })
+            .fold(f64::MAX, f64::min)
+    };
+    if ws.is_empty() {
+        return default;
+    }
+    (0..samples.len())
+        .filter(|&c| c != default)
+        .map(|c| (c, worst(c)))
+        .filter(|&(_, r)| r > 0.0)
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map_or(default, |(c, _)| c)
+}
+
+pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -144,11 +198,15 @@ fn median(v: &[f64]) -> f64 {
 
 /// What a battery measured and stored.
 pub struct Outcome {
-    /// `samples[candidate][workload]`: one figure per round.
+    /// `samples[candidate][workload]`: one figure per round; empty when
+    /// the candidate was not measured on that workload.
     pub samples: Vec<Vec<Vec<f64>>>,
     /// `bytes[candidate][workload]`: body bytes per response (the last
     /// sample's).
     pub bytes: Vec<Vec<f64>>,
+    /// How each candidate's first server said it sends static files (its
+    /// start-up calibration's choices), when one was started.
+    pub io: Vec<Option<String>>,
     /// Why samples failed (an error, or responses that were not 2xx/3xx).
     pub failures: Vec<String>,
     pub run_id: Option<i64>,
@@ -156,12 +214,22 @@ pub struct Outcome {
 }
 
 impl Lab<'_> {
+    /// The configuration the next battery starts from: the base with what
+    /// earlier batteries chose (`path` names it in errors).
+    pub fn config(&self, path: &Path) -> anyhow::Result<Config> {
+        let mut t = self.base.clone();
+        for tuned in &self.tuned {
+            tuned.apply(&mut t);
+        }
+        Ok(Config::parse(&toml::to_string(&t)?, path)?)
+    }
+
     /// The configuration a candidate's server is started with.
-    fn child_config(&self, fixed: &[Setting], candidate: &[Setting]) -> anyhow::Result<String> {
+    fn child_config(&self, settings: &[&[Setting]]) -> anyhow::Result<String> {
         let mut t = self.base.clone();
         t.remove("tls");
         for t2 in &self.tuned {
-            output::set(&mut t, t2.section, t2.key, t2.value.clone());
+            t2.apply(&mut t);
         }
         let own = [
             setting("log", "access", "off"),
@@ -169,7 +237,7 @@ impl Lab<'_> {
             setting("log", "level", "warn"),
             setting("log", "service_records", "off"),
         ];
-        for s in own.iter().chain(fixed).chain(candidate) {
+        for s in own.iter().chain(settings.iter().flat_map(|s| s.iter())) {
             output::set(&mut t, s.section, s.key, Some(s.value.clone()));
         }
         for key in ["user", "group"] {
@@ -178,45 +246,59 @@ impl Lab<'_> {
         Ok(toml::to_string(&t)?)
     }
 
-    /// Measures `b`'s candidates in interleaved rounds and stores the run.
+    /// Measures `b`'s workloads in turn, its candidates in interleaved
+    /// rounds on each (see the module), and stores the run.
     pub fn run(&self, b: &Battery) -> anyhow::Result<Outcome> {
         let started = store::now();
         let env = Environment::capture(tern_lab::probe::cpu::governor(0));
-        let configs = b
-            .candidates
-            .iter()
-            .map(|c| self.child_config(&b.fixed, &c.settings))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        // Each server reads its configuration (`ROOT.toml`) before it says
-        // it listens, so the next one may overwrite the file.
-        let start = |i: usize| Served::start(self.root, &configs[i], &[]);
-        let mut servers: Vec<Option<Served>> = Vec::new();
-        if !b.fresh {
-            for i in 0..b.candidates.len() {
-                servers.push(Some(start(i)?));
-            }
-        }
         let n = b.candidates.len();
         let mut samples = vec![vec![Vec::new(); b.workloads.len()]; n];
         let mut bytes = vec![vec![0.0; b.workloads.len()]; n];
+        let mut io: Vec<Option<String>> = vec![None; n];
         let mut failures = Vec::new();
         let mut interrupted = false;
-        'rounds: for round in 0..self.rounds {
-            for j in 0..n {
-                let c = (j + round) % n;
-                let fresh;
-                let served = if b.fresh {
-                    fresh = start(c)?;
-                    &fresh
-                } else {
-                    servers[c].as_ref().expect("started")
-                };
-                for (w, wl) in b.workloads.iter().enumerate() {
+        // in_running[decision][candidate]: ahead on every workload of the
+        // decision measured so far.
+        let mut in_running = vec![vec![true; n]; b.decisions.len()];
+        let mut servers: Vec<Option<Served>> = (0..n).map(|_| None).collect();
+        let mut setup: Option<&[Setting]> = None;
+        let start = |c: usize, wl: &Workload, io: &mut Vec<Option<String>>| -> anyhow::Result<Served> {
+            // Each server reads its configuration (`ROOT.toml`) before it
+            // says it listens, so the next one may overwrite the file.
+            let config = self.child_config(&[&b.fixed, &wl.setup, &b.candidates[c].settings])?;
+            let served = Served::start(self.root, &config, &[])?;
+            io[c].get_or_insert_with(|| served.io.clone());
+            Ok(served)
+        };
+        'workloads: for (w, wl) in b.workloads.iter().enumerate() {
+            let d = wl.decision;
+            let default = b.decisions[d].default;
+            let running: Vec<usize> = (0..n).filter(|&c| in_running[d][c]).collect();
+            if running.len() < 2 {
+                continue;
+            }
+            if setup != Some(&wl.setup[..]) {
+                servers.iter_mut().for_each(|s| *s = None);
+                setup = Some(&wl.setup[..]);
+            }
+            for round in 0..self.rounds {
+                for j in 0..running.len() {
+                    let c = running[(j + round) % running.len()];
+                    let fresh;
+                    let served = if b.fresh {
+                        fresh = start(c, wl, &mut io)?;
+                        &fresh
+                    } else {
+                        if servers[c].is_none() {
+                            servers[c] = Some(start(c, wl, &mut io)?);
+                        }
+                        servers[c].as_ref().expect("started")
+                    };
                     let warmup = if round == 0 && !b.fresh { self.warmup } else { Duration::ZERO };
                     let report = self.measure(&served.addr, wl, warmup)?;
                     if report.run.interrupted || self.interrupt.load(Ordering::Relaxed) {
                         interrupted = true;
-                        break 'rounds;
+                        break 'workloads;
                     }
                     let failed = report.errors.total();
                     let figure = if failed > 0 || report.successes == 0 {
@@ -236,9 +318,12 @@ impl Lab<'_> {
                     samples[c][w].push(figure);
                 }
             }
+            for &c in running.iter().filter(|&&c| c != default) {
+                in_running[d][c] = ahead(&samples[c][w], &samples[default][w]);
+            }
         }
         drop(servers);
-        let outcome = Outcome { samples, bytes, failures, run_id: None, interrupted };
+        let outcome = Outcome { samples, bytes, io, failures, run_id: None, interrupted };
         let run_id = self.store(b, &outcome, &env, started);
         Ok(Outcome { run_id, ..outcome })
     }
@@ -264,16 +349,15 @@ impl Lab<'_> {
     }
 
     /// Stores the battery as one run: a measurement per candidate and
-    /// workload (the median), every round's figure in its result.
+    /// workload it was measured on (the median), every round's figure in
+    /// its result.
     fn store(&self, b: &Battery, o: &Outcome, env: &Environment, started: f64) -> Option<i64> {
         let mut measurements = Vec::new();
         for (c, cand) in b.candidates.iter().enumerate() {
-            for (w, wl) in b.workloads.iter().enumerate() {
+            for (w, wl) in b.workloads.iter().enumerate().filter(|&(w, _)| !o.samples[c][w].is_empty()) {
                 let (metric, unit) = unit_of(wl);
-                let subject =
-                    if b.workloads.len() == 1 { cand.name.clone() } else { format!("{} @ {}", cand.name, wl.name) };
                 measurements.push(Measurement {
-                    subject,
+                    subject: format!("{} @ {}", cand.name, wl.name),
                     metric: metric.into(),
                     value: median(&o.samples[c][w]),
                     unit: unit.into(),
@@ -285,24 +369,35 @@ impl Lab<'_> {
                 });
             }
         }
+        let keys = |settings: &[Setting]| -> serde_json::Map<String, serde_json::Value> {
+            settings
+                .iter()
+                .map(|s| (format!("{}.{}", s.section, s.key), serde_json::json!(s.value.to_string())))
+                .collect()
+        };
         let candidates: Vec<serde_json::Value> = b
             .candidates
             .iter()
-            .map(|c| {
-                let keys: serde_json::Map<String, serde_json::Value> = c
-                    .settings
-                    .iter()
-                    .map(|s| (format!("{}.{}", s.section, s.key), serde_json::json!(s.value.to_string())))
-                    .collect();
-                serde_json::json!({"name": c.name, "settings": keys})
-            })
+            .zip(&o.io)
+            .map(|(c, io)| serde_json::json!({"name": c.name, "settings": keys(&c.settings), "static_io": io}))
             .collect();
         let workloads: Vec<serde_json::Value> = b
             .workloads
             .iter()
             .map(|w| {
                 serde_json::json!({"name": w.name, "paths": w.paths.len(), "headers": w.headers,
-                "connections": w.connections, "size": w.size, "scored_by": unit_of(w).0})
+                "connections": w.connections, "size": w.size, "scored_by": unit_of(w).0,
+                "setup": keys(&w.setup), "decision": b.decisions[w.decision].name})
+            })
+            .collect();
+        let decisions: Vec<serde_json::Value> = b
+            .decisions
+            .iter()
+            .enumerate()
+            .map(|(d, dec)| {
+                let ws: Vec<usize> = (0..b.workloads.len()).filter(|&w| b.workloads[w].decision == d).collect();
+                serde_json::json!({"name": dec.name, "default": b.candidates[dec.default].name,
+                "chosen": b.candidates[choose(&o.samples, &ws, dec.default)].name})
             })
             .collect();
         let ctx = record::Context::here(self.recording.label.clone(), started);
@@ -315,7 +410,7 @@ impl Lab<'_> {
             config: serde_json::json!({"battery": b.name, "what": b.what, "quick": self.quick,
                 "rounds": self.rounds, "sample_s": self.sample.as_secs_f64(),
                 "warmup_s": self.warmup.as_secs_f64(), "fresh_servers": b.fresh,
-                "candidates": candidates, "workloads": workloads}),
+                "candidates": candidates, "workloads": workloads, "decisions": decisions}),
             label: if ctx.label.is_empty() {
                 format!("tune {}", b.name)
             } else {
@@ -344,28 +439,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_candidate_replaces_the_default_only_past_the_noise() {
-        // Ahead by 10% with rounds within ±1%: chosen.
-        let v = choose(&[vec![100.0, 101.0, 99.0], vec![110.0, 111.0, 109.0]], 0);
-        assert_eq!((v.winner, v.kept), (1, false));
-        assert_eq!(v.medians, [100.0, 110.0]);
-        assert!((v.noise - MIN_NOISE).abs() < 1e-12);
-        // Ahead by 2%, under the 3% floor: the default stays, and says so.
-        let v = choose(&[vec![100.0, 100.0, 100.0], vec![102.0, 102.0, 102.0]], 0);
-        assert_eq!((v.winner, v.kept), (0, true));
-        // Ahead by 10%, but the default's rounds spread ±15%: noise.
-        let v = choose(&[vec![85.0, 100.0, 115.0], vec![110.0, 110.0, 110.0]], 0);
-        assert_eq!((v.winner, v.kept), (0, true));
-        assert!((v.noise - 0.15).abs() < 1e-12);
-        // The default ahead: kept, nothing to say.
-        let v = choose(&[vec![90.0], vec![120.0], vec![80.0]], 1);
-        assert_eq!((v.winner, v.kept), (1, false));
-        // Nothing measured: the default.
-        let v = choose(&[vec![0.0], vec![0.0]], 1);
-        assert_eq!((v.winner, v.kept), (1, false));
-        // A default that failed loses to any measured candidate.
-        let v = choose(&[vec![0.0, 0.0], vec![5.0, 5.0]], 0);
-        assert_eq!((v.winner, v.kept), (1, false));
+    fn ahead_only_past_the_noise() {
+        // Ahead by 10% with rounds within ±1%.
+        assert!(ahead(&[110.0, 111.0, 109.0], &[100.0, 101.0, 99.0]));
+        // Ahead by 2%, under the 3% floor.
+        assert!(!ahead(&[102.0; 3], &[100.0; 3]));
+        // Ahead by 10%, but the default's rounds spread ±15%.
+        assert!(!ahead(&[110.0; 3], &[85.0, 100.0, 115.0]));
+        assert!((noise(&[110.0; 3], &[85.0, 100.0, 115.0]) - 0.15).abs() < 1e-12);
+        assert!((noise(&[100.0; 3], &[100.0; 3]) - MIN_NOISE).abs() < 1e-12);
+        // Behind, or nothing measured.
+        assert!(!ahead(&[90.0; 3], &[100.0; 3]));
+        assert!(!ahead(&[0.0; 3], &[0.0; 3]));
+        // A default that failed is behind any measured candidate.
+        assert!(ahead(&[5.0, 5.0], &[0.0, 0.0]));
+    }
+
+    #[test]
+    fn a_candidate_replaces_the_default_only_when_ahead_on_every_workload() {
+        let s = |v: f64| vec![v; 3];
+        // samples[candidate][workload]; candidate 0 is the default.
+        let samples = vec![
+            vec![s(100.0), s(100.0), s(100.0)],
+            // Far ahead on two workloads, behind on the third: never chosen.
+            vec![s(200.0), s(200.0), s(90.0)],
+            // Ahead on all three, by at least 1.10x.
+            vec![s(110.0), s(120.0), s(115.0)],
+            // Ahead on all three, by at least 1.05x.
+            vec![s(150.0), s(105.0), s(150.0)],
+        ];
+        assert_eq!(choose(&samples, &[0, 1, 2], 0), 2, "the largest smallest ratio");
+        assert_eq!(choose(&samples, &[0, 1], 0), 1, "judged on its decision's workloads only");
+        assert_eq!(choose(&samples, &[2], 0), 3);
+        assert_eq!(choose(&samples, &[], 0), 0, "no workload: the default");
+        // Within the noise on one workload: the default stays.
+        let samples = vec![vec![s(100.0), s(100.0)], vec![s(150.0), s(102.0)]];
+        assert_eq!(choose(&samples, &[0, 1], 0), 0);
+        // Not measured on a workload (out of the running): not chosen.
+        let samples = vec![vec![s(100.0), s(100.0)], vec![s(150.0), Vec::new()]];
+        assert_eq!(choose(&samples, &[0, 1], 0), 0);
+        assert_eq!(choose(&samples, &[0], 0), 1);
+        // The default need not be the first candidate.
+        let samples = vec![vec![s(130.0)], vec![s(100.0)], vec![s(90.0)]];
+        assert_eq!(choose(&samples, &[0], 1), 0);
+        assert_eq!(choose(&samples, &[0], 2), 0);
     }
 
     #[test]

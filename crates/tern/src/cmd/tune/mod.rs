@@ -25,6 +25,7 @@ use tern_server::Config;
 
 use super::lab::Recording;
 use battery::Lab;
+use output::Change;
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -90,15 +91,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.io {
         return profile::run(&args);
     }
-    let (config, base) = match &args.config {
+    let base = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            Config::parse(&text, path)?;
             let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
             let dir = std::fs::canonicalize(dir).with_context(|| format!("cannot resolve {}", dir.display()))?;
-            (Config::parse(&text, path)?, output::base(&text, &dir)?)
+            output::base(&text, &dir)?
         }
-        None => (Config::default(), toml::Table::new()),
+        None => toml::Table::new(),
     };
+    let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from("tuned.toml"));
     let sample = match &args.sample {
         Some(s) => load::parse_duration(s).map_err(anyhow::Error::msg)?,
         None if args.quick => Duration::from_millis(250),
@@ -126,7 +129,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut notes = Vec::new();
     for name in batteries::NAMES.iter().filter(|n| args.only.is_empty() || args.only.iter().any(|o| o.as_str() == **n))
     {
-        let b = match batteries::battery(name, &lab, &config)? {
+        // The base with what earlier batteries chose: its values are the
+        // defaults this battery's candidates must beat.
+        let now = lab.config(&config_path)?;
+        let b = match batteries::battery(name, &lab, &now)? {
             Ok(b) => b,
             Err(why) => {
                 eprintln!("tern tune: {why}");
@@ -143,9 +149,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("tern tune: {name}: failed sample: {f}");
         }
         let chosen = batteries::decide(&b, &outcome, &lab);
-        for t in chosen.iter().filter(|t| t.value.is_some()) {
+        for t in &chosen {
             let last = t.comment.last().map_or("", String::as_str);
-            eprintln!("tern tune: {}.{} = {} ({last})", t.section, t.key, t.value.as_ref().expect("filtered"));
+            match &t.change {
+                Change::Set(v) => eprintln!("tern tune: {}.{} = {v} ({last})", t.section, t.key),
+                Change::Keep(v) => eprintln!("tern tune: {}.{} stays {v} ({last})", t.section, t.key),
+                Change::Remove => {}
+            }
         }
         lab.tuned.extend(chosen);
     }
@@ -194,8 +204,11 @@ fn header(args: &Args, env: &Environment, lab: &Lab, notes: &[String]) -> Vec<St
             lab.sample.as_millis(),
             lab.warmup.as_millis()
         ),
-        "median of its rounds, and a candidate replaces the default only when ahead by more than the noise".into(),
-        "(the half-spread of the rounds, at least 3%). Ratios are to the default's median.".into(),
+        "median of its rounds. A candidate replaces the default only when ahead of it by more than the noise (the"
+            .into(),
+        "half-spread of the rounds, at least 3%) on every workload its setting affects; otherwise the setting stays"
+            .into(),
+        "as the base has it and is not written (its evidence is). Ratios are to the default's median.".into(),
         format!(
             "The runs are in {} (`tern lab show ID`).",
             super::lab::store_path(args.recording.store.as_deref()).display()

@@ -1,16 +1,41 @@
 //! The configuration `tern tune` writes: the base configuration's
 //! settings (its comments are not kept) with each chosen key set, and above
-//! each chosen key the evidence for it.
+//! each chosen key the evidence for it. A setting whose default was kept is
+//! not written (the base's value, or tern's default, stays in force): its
+//! evidence is, above the base's line or above a commented-out
+//! `# key = value` line naming the value that stays.
 
 use std::path::Path;
 
-/// A chosen key: its value (`None`: removed) and the evidence.
+/// What a battery does to one key.
+#[derive(Clone, Debug)]
+pub enum Change {
+    /// Set to this value.
+    Set(toml::Value),
+    /// Removed (it would contradict what was set, e.g. `io_profile`).
+    Remove,
+    /// Left as the base has it (the value shown in the comment).
+    Keep(toml::Value),
+}
+
+/// A key a battery decided, and the evidence.
 #[derive(Clone, Debug)]
 pub struct Tuned {
     pub section: &'static str,
     pub key: &'static str,
-    pub value: Option<toml::Value>,
+    pub change: Change,
     pub comment: Vec<String>,
+}
+
+impl Tuned {
+    /// Applies the change to a configuration table.
+    pub fn apply(&self, t: &mut toml::Table) {
+        match &self.change {
+            Change::Set(v) => set(t, self.section, self.key, Some(v.clone())),
+            Change::Remove => set(t, self.section, self.key, None),
+            Change::Keep(_) => {}
+        }
+    }
 }
 
 /// Sets (or with `None` removes) `[section] key` in `t`.
@@ -55,25 +80,44 @@ pub fn base(text: &str, dir: &Path) -> anyhow::Result<toml::Table> {
 }
 
 /// The commented TOML: `header` lines first, then the settings, each
-/// chosen key preceded by its evidence.
+/// decided key preceded by its evidence.
 pub fn text(base: &toml::Table, tuned: &[Tuned], header: &[String]) -> anyhow::Result<String> {
     let mut table = base.clone();
     for t in tuned {
-        set(&mut table, t.section, t.key, t.value.clone());
+        t.apply(&mut table);
+        if matches!(t.change, Change::Keep(_)) {
+            table.entry(t.section).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        }
     }
     let body = toml::to_string(&table)?;
     let mut out = String::new();
     for line in header {
         out.push_str(&comment(line));
     }
-    let mut section = "";
+    // The kept keys the section does not have: their evidence and value,
+    // commented out, at the end of the section's own keys.
+    let absent = |out: &mut String, section: &str| {
+        let have = table.get(section).and_then(|s| s.as_table());
+        for t in tuned.iter().filter(|t| t.section == section && have.is_none_or(|h| !h.contains_key(t.key))) {
+            if let Change::Keep(value) = &t.change {
+                for line in &t.comment {
+                    out.push_str(&comment(line));
+                }
+                out.push_str(&comment(&format!("{} = {value}", t.key)));
+            }
+        }
+    };
+    let mut section = String::new();
     for line in body.lines() {
         let trimmed = line.trim();
         if let Some(name) = trimmed.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = name.trim();
+            absent(&mut out, &section);
+            section = name.trim().to_string();
             out.push('\n');
         } else if let Some((key, _)) = trimmed.split_once('=') {
-            let found = tuned.iter().find(|t| t.section == section && t.key == key.trim() && t.value.is_some());
+            let found = tuned
+                .iter()
+                .find(|t| t.section == section && t.key == key.trim() && !matches!(t.change, Change::Remove));
             for line in found.map_or(&[][..], |t| &t.comment[..]) {
                 out.push_str(&comment(line));
             }
@@ -83,6 +127,7 @@ pub fn text(base: &toml::Table, tuned: &[Tuned], header: &[String]) -> anyhow::R
             out.push('\n');
         }
     }
+    absent(&mut out, &section);
     Ok(out)
 }
 
@@ -99,25 +144,48 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_chosen_key_is_written_under_its_evidence_and_the_rest_kept() {
-        let base =
-            base("[server]\nroot = \"www\"\nworkers = 3\n[static]\nio_profile = \"io.toml\"\n", Path::new("/etc/tern"))
-                .unwrap();
+    fn each_decided_key_is_written_under_its_evidence_and_the_rest_kept() {
+        let base = base(
+            "[server]\nroot = \"www\"\nworkers = 3\n[static]\nio_profile = \"io.toml\"\nio = \"auto\"\n",
+            Path::new("/etc/tern"),
+        )
+        .unwrap();
         let tuned = [
             Tuned {
                 section: "static",
                 key: "read_chunk",
-                value: Some("16KiB".into()),
+                change: Change::Set("16KiB".into()),
                 comment: vec!["read_chunk: 1.20x the default".into()],
             },
-            Tuned { section: "static", key: "io_profile", value: None, comment: vec![] },
-            Tuned { section: "server", key: "workers", value: Some(1.into()), comment: vec!["workers: kept".into()] },
+            Tuned { section: "static", key: "io_profile", change: Change::Remove, comment: vec![] },
+            Tuned {
+                section: "static",
+                key: "io",
+                change: Change::Keep("auto".into()),
+                comment: vec!["io: kept, in the base".into()],
+            },
+            Tuned {
+                section: "server",
+                key: "workers",
+                change: Change::Keep(0.into()),
+                comment: vec!["workers: kept".into()],
+            },
+            Tuned {
+                section: "cgi",
+                key: "pipe_buffer",
+                change: Change::Keep("64KiB".into()),
+                comment: vec!["pipe_buffer: kept".into(), "".into()],
+            },
         ];
         let text = text(&base, &tuned, &["written by tern tune".into()]).unwrap();
         assert_eq!(
             text,
-            "# written by tern tune\n\n[server]\nroot = \"/etc/tern/www\"\n# workers: kept\nworkers = 1\n\n[static]\n\
+            "# written by tern tune\n\n[cgi]\n# pipe_buffer: kept\n#\n# pipe_buffer = \"64KiB\"\n\n[server]\n\
+             root = \"/etc/tern/www\"\n# workers: kept\nworkers = 3\n\n[static]\n# io: kept, in the base\nio = \"auto\"\n\
              # read_chunk: 1.20x the default\nread_chunk = \"16KiB\"\n"
         );
+        let parsed: toml::Table = toml::from_str(&text).unwrap();
+        assert!(parsed["cgi"].as_table().unwrap().is_empty());
+        assert_eq!(parsed["server"]["workers"].as_integer(), Some(3));
     }
 }
