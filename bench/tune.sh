@@ -8,7 +8,7 @@
 # 2. Two servers up at once on the same site: `tern serve` with no
 #    configuration (the defaults) and with tuned.toml (unchanged, except
 #    cgi.allow_root when run as root, so the CGI workload can run).
-   Each server is started once the one before has decided how it sends
+#    Each server is started once the one before has decided how it sends
 #    static files (the default's start-up calibration, a fraction of a
 #    second), so no calibration measures while another runs.
 # 3. For every steady workload the battery judges its choices on (the same

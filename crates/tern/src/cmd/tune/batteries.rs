@@ -593,11 +593,12 @@ fn verdict(b: &Battery, o: &Outcome, d: usize) -> (usize, Vec<String>) {
     let winner = choose(&o.samples, &ws, def);
     let prefix = if dec.name.is_empty() { String::new() } else { format!("{}: ", dec.name) };
     let mut lines = Vec::new();
+    let mut skipped = Vec::new();
     for &w in &ws {
         let wl = &b.workloads[w];
         let sd = &o.samples[def][w];
         if sd.is_empty() {
-            lines.push(format!("{prefix}{}: not measured, no candidate left in the running.", wl.name));
+            skipped.push(wl.name.as_str());
             continue;
         }
         let base = median(sd);
@@ -625,6 +626,13 @@ fn verdict(b: &Battery, o: &Outcome, d: usize) -> (usize, Vec<String>) {
         }
         lines.push(format!("{prefix}{}: {}.", wl.name, shown.join("; ")));
     }
+    if !skipped.is_empty() {
+        lines.push(format!("{prefix}{}: not measured, no candidate left in the running.", skipped.join(", ")));
+    }
+    let all = match ws.len() {
+        1 => "its workload".to_string(),
+        n => format!("all {n} workloads"),
+    };
     let measured = ws.iter().any(|&w| median(&o.samples[def][w]) > 0.0);
     lines.push(if !measured && ws.iter().any(|&w| !o.samples[def][w].is_empty()) {
         let why = o.failures.first().map_or("no sample", String::as_str);
@@ -633,17 +641,14 @@ fn verdict(b: &Battery, o: &Outcome, d: usize) -> (usize, Vec<String>) {
         let least =
             ws.iter().map(|&w| median(&o.samples[winner][w]) / median(&o.samples[def][w])).fold(f64::MAX, f64::min);
         format!(
-            "{prefix}chosen {}: ahead of the default past the noise on all {} workloads (by {least:.2}x at least).",
-            name_of(b, winner, d),
-            ws.len()
+            "{prefix}chosen {}: ahead of the default past the noise on {all} (by {least:.2}x at least).",
+            name_of(b, winner, d)
         )
     } else {
         format!(
-            "{prefix}kept the default {}: no candidate was ahead of it past the noise (at least {:.0}%) on all {} \
-             workloads.",
+            "{prefix}kept the default {}: no candidate was ahead of it past the noise (at least {:.0}%) on {all}.",
             name_of(b, def, d),
-            super::battery::MIN_NOISE * 100.0,
-            ws.len()
+            super::battery::MIN_NOISE * 100.0
         )
     });
     (winner, lines)
