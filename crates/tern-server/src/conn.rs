@@ -39,6 +39,7 @@ use crate::service_records::{Record, Stage, StageAccount};
 use crate::shared::Shared;
 use crate::site::backend::Job;
 use crate::site::cgi::Pump;
+use crate::site::fastcgi::Affinity;
 use crate::site::{Answer, Peers};
 use crate::spool::Spool;
 use crate::sys;
@@ -217,6 +218,10 @@ pub struct Conn {
     /// On a redirecting address: the HTTPS port to send clients to.
     redirect: Option<u16>,
     waiting: Option<Box<Waiting>>,
+    /// The FastCGI connection of its last request stays watched for it, and
+    /// nothing was reported on its backend token since (see
+    /// [`Affinity`](crate::site::fastcgi::Affinity)).
+    link_quiet: bool,
 }
 
 /// An answered request waiting for the end of its response.
@@ -268,6 +273,7 @@ impl Conn {
             tls: None,
             redirect: None,
             waiting: None,
+            link_quiet: false,
         }
     }
 
@@ -345,8 +351,10 @@ impl Conn {
         writable: bool,
         closed: bool,
     ) -> Status {
-        if let Some(b) = self.backend.as_mut() {
-            b.job.on_ready(readable, writable, closed);
+        match self.backend.as_mut() {
+            Some(b) => b.job.on_ready(readable, writable, closed),
+            // For a FastCGI connection left watched for this one.
+            None => self.link_quiet = false,
         }
         if self.waiting.is_some() {
             if let Some(status) = self.resume(shared, w) {
@@ -726,7 +734,7 @@ impl Conn {
     /// close the FastCGI connection).
     fn end_backend(&mut self, w: &mut Worker<'_>, abandon: bool) -> Box<Backend> {
         let mut b = self.backend.take().expect("a backend to end");
-        b.job.end(w, abandon);
+        self.link_quiet = b.job.end(w, abandon);
         b
     }
 
@@ -1032,7 +1040,8 @@ impl Conn {
             reply.redirect(308, location.as_bytes());
             Answer::Done
         } else {
-            shared.site.respond(req, &mut self.spool, self.peers, &mut reply, w)
+            let asker = Affinity { key: self.key, quiet: self.link_quiet };
+            shared.site.respond(req, &mut self.spool, (self.peers, asker), &mut reply, w)
         };
         let ticket = match answer {
             Answer::Backend(job) => {
@@ -1075,6 +1084,7 @@ impl Conn {
     /// Hands the rest of the answer to a started backend.
     fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, mut job: Job) {
         w.stats.requests.incr();
+        self.link_quiet = false;
         if let Err(err) = job.watch(self.key, w) {
             log!(Level::Error, "cannot watch a backend's descriptor: {err}");
         }

@@ -74,12 +74,12 @@ impl Site {
     }
 
     /// Answers `req` (whose body, if any, is `body`: a backend takes it)
-    /// into `reply`.
+    /// into `reply`, for client connection `asker`.
     pub fn respond(
         &self,
         req: &Request<'_>,
         body: &mut Spool,
-        peers: Peers,
+        (peers, asker): (Peers, fastcgi::Affinity),
         reply: &mut Reply<'_>,
         w: &mut Worker<'_>,
     ) -> Answer {
@@ -124,6 +124,7 @@ impl Site {
                     peer: peers.peer,
                     local: peers.local,
                     doorbell: w.watcher.doorbell(),
+                    asker,
                 };
                 return match fastcgi::start(req, launch) {
                     Ok(exchange) => Answer::Backend(Job::FastCgi(Box::new(exchange))),

@@ -124,8 +124,12 @@ impl Backend {
     /// Where the script ends in `path` (`/…`): after the split pattern's
     /// first capture, or the whole path. (The `regex` crate, not a
     /// lighter one: its literal prefilter and DFA answer the common
-    /// no-`PATH_INFO` path without a capture search.)
+    /// no-`PATH_INFO` path; asked first whether it matches at all, it
+    /// allocates no capture slots for that path either.)
     fn split_at(&self, path: &[u8]) -> usize {
+        if !self.split.is_match(path) {
+            return path.len();
+        }
         match self.split.captures(path).and_then(|c| c.get(1).zip(c.get(2))) {
             Some((script, info)) if script.start() == 0 && script.end() == info.start() && info.end() == path.len() => {
                 script.end()

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tern_http::Request;
 
 use super::backends::Backend;
-use super::pool::{Checkout, Grant, Link, Ticket};
+use super::pool::{Affinity, Checkout, Grant, Link, Ticket, NO_KEY};
 use super::proto::{self, Decoder, Event, ID, MAX_CONTENT, REQUEST_COMPLETE, STDIN};
 use crate::body::OutQueue;
 use crate::config::Level;
@@ -95,6 +95,10 @@ pub struct Exchange {
     /// The link is in the reactor's epoll set already (watched for this
     /// request, or still for the one before it on the same reactor).
     registered: bool,
+    /// Its watch names this very connection: watched for it by this
+    /// exchange, or kept for it since its last request with nothing
+    /// reported since (then [`Exchange::watch`] has nothing to change).
+    watched_here: bool,
     /// It is watched for room to write too (only once a write would block,
     /// or while a TCP connect is in progress).
     watched_for_room: bool,
@@ -127,21 +131,24 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// Takes a connection for the request (`doorbell`: the reactor's, to
-    /// be rung when a connection is granted after a wait).
+    /// Takes a connection for the request of client connection `asker`
+    /// (`doorbell`: the reactor's, to be rung when a connection is granted
+    /// after a wait).
     pub fn start(
         backend: Arc<Backend>,
         req: &Request<'_>,
         records: Vec<u8>,
         upload: Option<Upload>,
         doorbell: Option<&Arc<Doorbell>>,
+        asker: Affinity,
     ) -> Result<Exchange, u16> {
-        let checkout = backend.pool.checkout(doorbell);
+        let checkout = backend.pool.checkout(doorbell, asker.key);
         let mut x = Exchange {
             backend,
             stage: Stage::Talking,
             link: None,
             registered: false,
+            watched_here: false,
             watched_for_room: false,
             placed: false,
             reused: false,
@@ -157,11 +164,11 @@ impl Exchange {
             received: false,
             reusable: false,
             since: Instant::now(),
-            key: 0,
+            key: asker.key,
             request_line: req.request_line.to_string(),
         };
         match checkout {
-            Ok(Checkout::Idle(link)) => x.adopt(link),
+            Ok(Checkout::Idle(link)) => x.adopt(link, asker.quiet),
             Ok(Checkout::Connect) => {
                 x.placed = true;
                 x.open()?;
@@ -176,11 +183,14 @@ impl Exchange {
     }
 
     /// Starts talking on a kept-alive connection (reading into its buffer).
-    fn adopt(&mut self, link: Link) {
+    /// `quiet`: nothing was reported for this connection since its last
+    /// request (see [`Affinity`]).
+    fn adopt(&mut self, link: Link, quiet: bool) {
         self.backend.pool.stats.reused.fetch_add(1, Relaxed);
         self.link = Some(link.fd);
         // Left by a request of this reactor, its watch is moved here.
         self.registered = link.home.is_some();
+        self.watched_here = quiet && self.registered && link.last_key == self.key;
         self.input = link.buf;
         self.placed = true;
         self.reused = true;
@@ -194,6 +204,7 @@ impl Exchange {
         self.reused = false;
         self.received = false;
         self.registered = false;
+        self.watched_here = false;
         match self.backend.pool.connect() {
             Ok((fd, connected)) => {
                 self.link = Some(fd);
@@ -228,11 +239,17 @@ impl Exchange {
             },
             (stage, Some(fd)) => {
                 let write = matches!(stage, Stage::Connecting);
-                // Changed even when this connection is the one it was
-                // watched for: the change reports what the backend did
-                // while the link was idle (php-fpm shuts a recycled child's
-                // connection down, then waits for it to be closed).
-                w.watcher.watch_socket(key, fd.as_fd(), write, self.registered)?;
+                if self.watched_here && !write {
+                    return Ok(());
+                }
+                // Changed otherwise, even when this connection is the one
+                // it was watched for: the change reports what the backend
+                // did while the link was idle (php-fpm shuts a recycled
+                // child's connection down, then waits for it to be
+                // closed).
+                let watched = w.watcher.watch_socket(key, fd.as_fd(), write, self.registered);
+                self.watched_here = watched.is_ok();
+                watched?;
                 self.registered = true;
                 self.watched_for_room = write;
                 Ok(())
@@ -259,6 +276,10 @@ impl Exchange {
     pub fn on_ready(&mut self, readable: bool, writable: bool, closed: bool) {
         self.may_read |= readable || closed;
         self.may_write |= writable;
+        // The backend shut its side down, maybe with the reply's last
+        // bytes (php-fpm recycling a child): the next request on this link
+        // must have its watch changed, which reports the shutdown again.
+        self.watched_here &= !closed;
     }
 
     /// Whether [`Exchange::pump`] has something to do.
@@ -291,7 +312,7 @@ impl Exchange {
                 // The ticket (and any eventfd, and so its watch) ends here.
                 self.stage = Stage::Talking;
                 match grant {
-                    Grant::Idle(link) => self.adopt(link),
+                    Grant::Idle(link) => self.adopt(link, false),
                     Grant::Permit => {
                         self.placed = true;
                         if let Err(status) = self.open() {
@@ -516,12 +537,14 @@ impl Exchange {
     /// back to the pool (unless `close`); anything else is closed, which
     /// also tells the backend to abandon the request. A link that stays on
     /// this reactor (idle, or to a request waiting here) stays in its epoll
-    /// set.
-    pub fn end(&mut self, w: &Worker<'_>, close: bool) {
+    /// set, watched for this connection until another takes it: true then
+    /// (the connection's next request may find it still quiet, see
+    /// [`Affinity`]).
+    pub fn end(&mut self, w: &Worker<'_>, close: bool) -> bool {
         if close || !self.reusable {
-            return;
+            return false;
         }
-        let Some(fd) = self.link.take() else { return };
+        let Some(fd) = self.link.take() else { return false };
         self.placed = false;
         let buf = std::mem::take(&mut self.input);
         let pool = &self.backend.pool;
@@ -530,10 +553,14 @@ impl Exchange {
         if home.is_none() && self.registered {
             let _ = w.watcher.unwatch(fd.as_fd());
         }
-        if let Some(link) = pool.give_back(Link { fd, buf, home }) {
+        let watched = home.is_some() && self.watched_here;
+        let last_key = if self.watched_here { self.key } else { NO_KEY };
+        if let Some(link) = pool.give_back(Link { fd, buf, home, last_key }) {
             let _ = w.watcher.unwatch(link.fd.as_fd());
             pool.put_back(Link { home: None, ..link });
+            return false;
         }
+        watched
     }
 }
 

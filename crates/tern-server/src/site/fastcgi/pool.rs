@@ -38,6 +38,21 @@ pub struct Link {
     /// The reactor whose epoll set still holds it (for the request that
     /// used it last), known by its doorbell.
     pub home: Option<Arc<Doorbell>>,
+    /// The key of the client connection it is watched for there (its
+    /// token names that connection).
+    pub last_key: usize,
+}
+
+/// The client connection asking for a link: its key in its engine, and
+/// whether the link it used last is still watched for it with nothing
+/// reported since (its own account: [`Exchange::end`]). Taking that link
+/// again then needs no change to the watch, so no system call.
+///
+/// [`Exchange::end`]: super::exchange::Exchange::end
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Affinity {
+    pub key: usize,
+    pub quiet: bool,
 }
 
 /// What a freed place in the pool becomes for a waiting request.
@@ -63,8 +78,9 @@ enum Notify {
     Bell(Arc<Doorbell>, AtomicUsize),
 }
 
-/// The connection key of a ticket not yet claimed by its connection.
-const NO_KEY: usize = usize::MAX;
+/// The connection key of a ticket not yet claimed by its connection, or of
+/// a link whose watch names no connection for sure.
+pub const NO_KEY: usize = usize::MAX;
 
 impl Ticket {
     /// What the waiting request's worker watches: the eventfd of a thread
@@ -150,11 +166,13 @@ impl Pool {
 
     /// An idle connection, a place to open one, or a place in the queue
     /// (told by `doorbell`, the waiting worker's when it is a reactor).
-    pub fn checkout(&self, doorbell: Option<&Arc<Doorbell>>) -> io::Result<Checkout> {
+    /// Connection `key` gets back the link it used last when it is idle.
+    pub fn checkout(&self, doorbell: Option<&Arc<Doorbell>>, key: usize) -> io::Result<Checkout> {
         let mut s = self.state();
-        // Best one this reactor watches already, then one nobody watches.
+        // Best the one this reactor watches for this connection already,
+        // then one it watches for another, then one nobody watches.
         let home = |l: &Link| match (&l.home, doorbell) {
-            (Some(h), Some(d)) if Arc::ptr_eq(h, d) => 2,
+            (Some(h), Some(d)) if Arc::ptr_eq(h, d) => 2 + usize::from(l.last_key == key),
             (None, _) => 1,
             _ => 0,
         };
@@ -298,7 +316,7 @@ mod tests {
 
     fn link(home: Option<&Arc<Doorbell>>) -> Link {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        Link { fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned() }
+        Link { fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), last_key: 0 }
     }
 
     fn rung(bell: &Doorbell) -> Vec<usize> {
@@ -315,10 +333,10 @@ mod tests {
     #[test]
     fn never_past_the_cap_and_first_come_first_served() {
         let p = pool(2);
-        assert!(matches!(p.checkout(None).unwrap(), Checkout::Connect));
-        assert!(matches!(p.checkout(None).unwrap(), Checkout::Connect));
-        let Checkout::Wait(first) = p.checkout(None).unwrap() else { panic!("a third request must wait") };
-        let Checkout::Wait(second) = p.checkout(None).unwrap() else { panic!("a fourth request must wait") };
+        assert!(matches!(p.checkout(None, 0).unwrap(), Checkout::Connect));
+        assert!(matches!(p.checkout(None, 0).unwrap(), Checkout::Connect));
+        let Checkout::Wait(first) = p.checkout(None, 0).unwrap() else { panic!("a third request must wait") };
+        let Checkout::Wait(second) = p.checkout(None, 0).unwrap() else { panic!("a fourth request must wait") };
         assert_eq!(p.snapshot().waiting, 2);
         assert!(!readable(first.fd().unwrap()));
 
@@ -340,9 +358,9 @@ mod tests {
     #[test]
     fn a_cancelled_wait_passes_its_grant_on() {
         let p = pool(1);
-        assert!(matches!(p.checkout(None).unwrap(), Checkout::Connect));
-        let Checkout::Wait(gone) = p.checkout(None).unwrap() else { panic!() };
-        let Checkout::Wait(next) = p.checkout(None).unwrap() else { panic!() };
+        assert!(matches!(p.checkout(None, 0).unwrap(), Checkout::Connect));
+        let Checkout::Wait(gone) = p.checkout(None, 0).unwrap() else { panic!() };
+        let Checkout::Wait(next) = p.checkout(None, 0).unwrap() else { panic!() };
         p.release(); // to `gone`, which gives up without using it
         p.cancel(&gone);
         assert!(matches!(next.take(), Some(Grant::Permit)));
@@ -363,9 +381,9 @@ mod tests {
     fn a_reactor_waits_on_its_doorbell_and_keeps_what_it_watches() {
         let p = pool(1);
         let ((here, _), (there, _)) = (bell(), bell());
-        assert!(matches!(p.checkout(Some(&here)).unwrap(), Checkout::Connect));
-        let Checkout::Wait(first) = p.checkout(Some(&here)).unwrap() else { panic!() };
-        let Checkout::Wait(second) = p.checkout(Some(&there)).unwrap() else { panic!() };
+        assert!(matches!(p.checkout(Some(&here), 0).unwrap(), Checkout::Connect));
+        let Checkout::Wait(first) = p.checkout(Some(&here), 0).unwrap() else { panic!() };
+        let Checkout::Wait(second) = p.checkout(Some(&there), 0).unwrap() else { panic!() };
         assert!(first.fd().is_none(), "no descriptor per wait on a reactor");
         assert!(!first.ring_for(7) && !second.ring_for(9));
 
@@ -386,14 +404,14 @@ mod tests {
 
         // A grant before the connection claimed its ticket rings nobody;
         // the claim says it came.
-        let Checkout::Wait(late) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        let Checkout::Wait(late) = p.checkout(Some(&here), 0).unwrap() else { panic!() };
         p.release();
         assert!(rung(&here).is_empty());
         assert!(late.ring_for(3));
         // A waiter that gives up on a connection still watched closes it:
         // its place goes on.
-        let Checkout::Wait(gone) = p.checkout(Some(&here)).unwrap() else { panic!() };
-        let Checkout::Wait(next) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        let Checkout::Wait(gone) = p.checkout(Some(&here), 0).unwrap() else { panic!() };
+        let Checkout::Wait(next) = p.checkout(Some(&here), 0).unwrap() else { panic!() };
         assert!(!gone.ring_for(4) && !next.ring_for(5));
         assert!(p.give_back(link(Some(&here))).is_none());
         p.cancel(&gone);
@@ -416,25 +434,48 @@ mod tests {
         assert_eq!(p.snapshot().idle, 2);
         // Each reactor gets back the one it watches, untouched.
         for (bell, fd) in [(&there, theirs), (&here, mine)] {
-            let Checkout::Idle(l) = p.checkout(Some(bell)).unwrap() else { panic!("idle") };
+            let Checkout::Idle(l) = p.checkout(Some(bell), 0).unwrap() else { panic!("idle") };
             assert_eq!(l.fd.as_raw_fd(), fd);
             assert!(l.home.as_ref().is_some_and(|h| Arc::ptr_eq(h, bell)));
             assert!(p.give_back(l).is_none());
         }
         assert!(here_forgot.lock().unwrap().is_empty() && there_forgot.lock().unwrap().is_empty());
         // One watched elsewhere is taken out of that reactor's set first.
-        let Checkout::Idle(a) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
-        let Checkout::Idle(b) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
+        let Checkout::Idle(a) = p.checkout(Some(&there), 0).unwrap() else { panic!("idle") };
+        let Checkout::Idle(b) = p.checkout(Some(&there), 0).unwrap() else { panic!("idle") };
         assert_eq!(a.fd.as_raw_fd(), theirs);
         assert!(b.home.is_none());
         assert_eq!(*here_forgot.lock().unwrap(), [mine]);
         // An unwatched one is preferred to another reactor's.
         left(&here);
         p.put_back(b);
-        let Checkout::Idle(l) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
+        let Checkout::Idle(l) = p.checkout(Some(&there), 0).unwrap() else { panic!("idle") };
         assert_eq!(l.fd.as_raw_fd(), mine);
         assert!(l.home.is_none());
         assert_eq!(here_forgot.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_connection_gets_back_the_link_watched_for_it() {
+        let p = pool(3);
+        let ((here, _), (there, _)) = (bell(), bell());
+        let left = |key: usize| {
+            let l = Link { last_key: key, ..link(Some(&here)) };
+            let fd = l.fd.as_raw_fd();
+            assert!(p.give_back(l).is_none());
+            fd
+        };
+        let (four, seven, nine) = (left(4), left(7), left(9));
+        for (key, fd) in [(7, seven), (4, four), (9, nine), (7, seven)] {
+            let Checkout::Idle(l) = p.checkout(Some(&here), key).unwrap() else { panic!("idle") };
+            assert_eq!(l.fd.as_raw_fd(), fd, "connection {key}");
+            assert_eq!(l.last_key, key);
+            assert!(p.give_back(l).is_none());
+        }
+        // Key 7 of another reactor names another connection: any link of
+        // this reactor's will do, it is taken out of the set first.
+        let Checkout::Idle(l) = p.checkout(Some(&there), 7).unwrap() else { panic!("idle") };
+        assert!(l.home.is_none());
     }
 
     #[test]
