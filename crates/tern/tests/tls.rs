@@ -139,6 +139,46 @@ fn tls_1_2_and_1_3_are_served_and_1_0_and_1_1_refused() {
     }
 }
 
+/// Whether this CPU has AES and carry-less multiply instructions (what
+/// the server checks to put AES-GCM before ChaCha20).
+fn aes_hardware() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("aes") && std::arch::is_x86_feature_detected!("pclmulqdq");
+    #[cfg(target_arch = "aarch64")]
+    return std::arch::is_aarch64_feature_detected!("aes") && std::arch::is_aarch64_feature_detected!("pmull");
+    #[allow(unreachable_code)]
+    false
+}
+
+#[test]
+fn the_server_picks_the_cipher_suite_in_its_order_not_the_clients() {
+    let site = common::site();
+    let (_ca, _ca_path, tls) = pki(site.dir.path());
+    let tern = Tern::start(&site.root, "sendfile", &tls, &[]);
+    let addr = https_addr(&tern);
+    let aes = aes_hardware();
+    // (client's flags, its suites in its order, the suite the server picks)
+    let cases = [
+        ("-tls1_3", "-ciphersuites", "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256", "TLS_AES_128_GCM_SHA256"),
+        (
+            "-tls1_3",
+            "-ciphersuites",
+            "TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256",
+            if aes { "TLS_AES_128_GCM_SHA256" } else { "TLS_CHACHA20_POLY1305_SHA256" },
+        ),
+        (
+            "-tls1_2",
+            "-cipher",
+            "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES128-GCM-SHA256",
+            if aes { "ECDHE-ECDSA-AES128-GCM-SHA256" } else { "ECDHE-ECDSA-CHACHA20-POLY1305" },
+        ),
+    ];
+    for (version, option, offered, picked) in cases {
+        let out = s_client(addr, &[version, option, offered, "-servername", "localhost"], b"");
+        assert!(out.contains(&format!("Cipher is {picked}\n")), "{version} {offered}: {out}");
+    }
+}
+
 #[test]
 fn sni_picks_the_certificate_for_the_name_and_the_first_otherwise() {
     let site = common::site();
