@@ -7,11 +7,18 @@
 # localhost, the same file for every server), every server is up at once
 # with WORKERS workers, access logs off, the same session cache and tickets
 # on. Rows, per server: keep-alive requests/s for 1 KiB, 40 KiB and 1 MiB
-# files, and full handshakes/s (a new connection, no resumption, per
-# request; 1 KiB file). Every row is measured with wrk and with tern bench
-# (same connections, threads and duration), the runs interleaved per row so
-# noise from other work on the machine is shared, and reported side by side
-# with the ratios tern/nginx, tern/h2o and tern bench/wrk.
+# files; full handshakes/s (a new connection per request, 1 KiB file)
+# against a second instance of each server with session resumption off
+# (wrk cannot be told not to resume: it keeps the session of the
+# connection it closes and offers it on the next); and resumed
+# handshakes/s (a new connection per request, resuming the session of an
+# earlier one: what wrk does, and tern bench without --no-resumption).
+# tern's own counts of full and resumed handshakes in each handshake run
+# are logged, so a row shows it measured what it says. Every row is
+# measured with wrk and with tern bench (same connections, threads and
+# duration), the runs interleaved per row so noise from other work on the
+# machine is shared, and reported side by side with the ratios tern/nginx,
+# tern/h2o and tern bench/wrk.
 # Then testssl.sh (Debian package testssl.sh) runs against tern with the
 # default [tls] settings; findings rated above LOW or "NOT ok" are listed.
 # By default the servers are pinned to CPU 0 and the load generators to CPU 1.
@@ -22,6 +29,9 @@
 #       --hs-connections N connections (handshake row)       HS_CONNS=8
 #   -w, --workers N       server workers                     WORKERS=1
 #       --keys LIST       comma list of ecdsa,rsa            KEYS=ecdsa,rsa
+#       --rows LIST       comma list of 1k,40k,1m,handshakes,resumed
+#                                                            ROWS=(all five)
+#   -s, --servers LIST    comma list of nginx,h2o,tern       SERVERS=(all three)
 #       --no-pin          do not pin                         PIN=0
 #       --skip-build      do not run cargo build             SKIP_BUILD=1
 #       --no-testssl      skip testssl.sh                    NO_TESTSSL=1
@@ -39,6 +49,8 @@ CONNS=${CONNS:-32}
 HS_CONNS=${HS_CONNS:-8}
 WORKERS=${WORKERS:-1}
 KEYS=${KEYS:-ecdsa,rsa}
+ROWS=${ROWS:-1k,40k,1m,handshakes,resumed}
+SERVERS=${SERVERS:-nginx,h2o,tern}
 PIN=${PIN:-1}
 SKIP_BUILD=${SKIP_BUILD:-0}
 NO_TESTSSL=${NO_TESTSSL:-0}
@@ -49,14 +61,17 @@ while [[ $# -gt 0 ]]; do
     case $1 in
         --hs-connections) HS_CONNS=$2; shift 2 ;;
         --keys) KEYS=$2; shift 2 ;;
+        --rows) ROWS=$2; shift 2 ;;
         --no-testssl) NO_TESTSSL=1; shift ;;
-        *) bench_option "duration connections workers no-pin skip-build" "$@"; shift "$BENCH_SHIFT" ;;
+        *) bench_option "duration connections workers servers no-pin skip-build" "$@"; shift "$BENCH_SHIFT" ;;
     esac
 done
 for v in DUR CONNS HS_CONNS WORKERS; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || bench_die "$v must be a positive integer (got '${!v}')"
 done
 IFS=, read -r -a KEY_LIST <<<"$KEYS"
+IFS=, read -r -a ROW_LIST <<<"$ROWS"
+IFS=, read -r -a SERVER_LIST <<<"$SERVERS"
 
 "$ROOT/scripts/ensure-packages.sh" "${PACKAGES[@]}"
 bench_start_run https
@@ -101,8 +116,11 @@ wait_https() {
     bench_die "nothing answers on https port $port (see $OUT)"
 }
 
+# start_SERVER KIND PORT RESUME(0|1): the server with KIND's certificate on
+# PORT, session resumption (cache and tickets) on or off.
 start_nginx() {
-    local kind=$1 port=$2 dir=$OUT/nginx-$kind
+    local kind=$1 port=$2 resume=$3 dir=$OUT/nginx-$kind-$3 cache=shared:SSL:10m tickets=on
+    ((resume)) || cache=off tickets=off
     mkdir -p "$dir"
     cat >"$dir/nginx.conf" <<EOF
 daemon off;
@@ -128,8 +146,8 @@ http {
     uwsgi_temp_path $dir/uwsgi;
     scgi_temp_path $dir/scgi;
     ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache shared:SSL:10m;
-    ssl_session_tickets on;
+    ssl_session_cache $cache;
+    ssl_session_tickets $tickets;
     server {
         listen 127.0.0.1:$port ssl backlog=4096 reuseport;
         ssl_certificate $OUT/$kind.pem;
@@ -143,7 +161,8 @@ EOF
 }
 
 start_h2o() {
-    local kind=$1 port=$2 dir=$OUT/h2o-$kind
+    local kind=$1 port=$2 resume=$3 dir=$OUT/h2o-$kind-$3 mode=all
+    ((resume)) || mode=off
     mkdir -p "$dir"
     cat >"$dir/h2o.conf" <<EOF
 num-threads: $WORKERS
@@ -153,7 +172,7 @@ pid-file: $dir/h2o.pid
 error-log: $dir/error.log
 http1-request-timeout: 300
 ssl-session-resumption:
-  mode: all
+  mode: $mode
 listen:
   host: 127.0.0.1
   port: $port
@@ -172,11 +191,13 @@ EOF
 }
 
 start_tern() {
-    local kind=$1 port=$2 dir=$OUT/tern-$kind
+    local kind=$1 port=$2 resume=$3 dir=$OUT/tern-$kind-$3 cache=4096 tickets=true
+    ((resume)) || cache=0 tickets=false
     mkdir -p "$dir"
+    TERN_STATUS[$resume]=$(free_port)
     cat >"$dir/tern.toml" <<EOF
 [server]
-listen = []
+listen = ["127.0.0.1:${TERN_STATUS[$resume]}"]
 root = "$DOCROOT"
 workers = $WORKERS
 max_connections = 4096
@@ -189,9 +210,18 @@ access = "off"
 [tls]
 listen = ["127.0.0.1:$port"]
 certificates = [{ cert = "$OUT/$kind.pem", key = "$OUT/$kind.key" }]
+session_cache = $cache
+tickets = $tickets
 EOF
     "${SERVER_PIN[@]}" "$TERN_BIN" serve --config "$dir/tern.toml" >"$dir/stdout.log" 2>"$dir/stderr.log" &
     BENCH_PIDS+=($!)
+}
+
+# tern_handshakes RESUME: tern's counts so far, "FULL RESUMED", from the
+# status page of the instance with resumption RESUME.
+tern_handshakes() {
+    curl -s "http://127.0.0.1:${TERN_STATUS[$1]}/_tern/status" |
+        python3 -c 'import json,sys; h=json.load(sys.stdin)["tls"]["handshakes"]; print(h["full"], h["resumed"])'
 }
 
 # run_wrk PORT PATH CONNS HANDSHAKE(0|1): requests/s.
@@ -203,10 +233,11 @@ run_wrk() {
     awk '/^Requests\/sec:/ {print $2}' <<<"$out"
 }
 
-# run_bench PORT PATH CONNS HANDSHAKE(0|1): requests/s.
+# run_bench PORT PATH CONNS HANDSHAKE(0|1: full|2: resumed): requests/s.
 run_bench() {
     local port=$1 path=$2 conns=$3 hs=$4 extra=() out
-    ((hs)) && extra=(--no-keepalive --no-resumption)
+    ((hs)) && extra=(--no-keepalive)
+    ((hs == 1)) && extra+=(--no-resumption)
     out=$("${CLIENT_PIN[@]}" "$TERN_BIN" bench -t1 -c"$conns" -d"${DUR}s" --insecure --json "${extra[@]}" \
         "https://localhost:$port$path" 2>>"$OUT/bench.log") || true
     echo "$out" >>"$OUT/bench.jsonl"
@@ -223,24 +254,39 @@ printf 'key\trow\tserver\twrk_rps\ttern_bench_rps\n' >"$RESULTS"
     printf 'nginx\t%s\n' "$(nginx -v 2>&1 | head -n1)"
     printf 'h2o\t%s\n' "$(h2o --version 2>&1 | head -n1)"
     printf 'openssl\t%s\n' "$(openssl version)"
-    printf 'settings\tduration %ss, %s connections (handshakes: %s), %s worker(s), pinning %s\n' \
-        "$DUR" "$CONNS" "$HS_CONNS" "$WORKERS" "$( ((${#SERVER_PIN[@]})) && echo on || echo off)"
+    printf 'settings\tduration %ss, %s connections (handshakes: %s), %s worker(s), pinning %s, rows %s, servers %s\n' \
+        "$DUR" "$CONNS" "$HS_CONNS" "$WORKERS" "$( ((${#SERVER_PIN[@]})) && echo on || echo off)" "$ROWS" "$SERVERS"
 } >"$OUT/meta.tsv"
 
+declare -A TERN_STATUS=()
 for kind in "${KEY_LIST[@]}"; do
     cert "$kind"
-    declare -A PORTS=([nginx]=$(free_port) [h2o]=$(free_port) [tern]=$(free_port))
-    start_nginx "$kind" "${PORTS[nginx]}"
-    start_h2o "$kind" "${PORTS[h2o]}"
-    start_tern "$kind" "${PORTS[tern]}"
-    for s in nginx h2o tern; do wait_https "${PORTS[$s]}"; done
-    for row in 1k 40k 1m handshakes; do
-        path=/$row.bin conns=$CONNS hs=0
-        [[ $row == handshakes ]] && path=/1k.bin conns=$HS_CONNS hs=1
-        for s in nginx h2o tern; do
+    # PORTS[SERVER-RESUME]: one instance with session resumption, one without.
+    declare -A PORTS=()
+    for s in "${SERVER_LIST[@]}"; do
+        for resume in 1 0; do
+            PORTS[$s-$resume]=$(free_port)
+            "start_$s" "$kind" "${PORTS[$s-$resume]}" "$resume"
+        done
+    done
+    for p in "${PORTS[@]}"; do wait_https "$p"; done
+    for row in "${ROW_LIST[@]}"; do
+        path=/$row.bin conns=$CONNS hs=0 resume=1
+        case $row in
+            handshakes) path=/1k.bin conns=$HS_CONNS hs=1 resume=0 ;;
+            resumed) path=/1k.bin conns=$HS_CONNS hs=2 ;;
+        esac
+        for s in "${SERVER_LIST[@]}"; do
             bench_log "$kind $row $s"
-            w=$(run_wrk "${PORTS[$s]}" "$path" "$conns" "$hs")
-            b=$(run_bench "${PORTS[$s]}" "$path" "$conns" "$hs")
+            port=${PORTS[$s-$resume]} counts=
+            [[ $s == tern ]] && ((hs)) && counts=$(tern_handshakes "$resume")
+            w=$(run_wrk "$port" "$path" "$conns" "$hs")
+            [[ -n $counts ]] && counts="$counts $(tern_handshakes "$resume")"
+            b=$(run_bench "$port" "$path" "$conns" "$hs")
+            if [[ -n $counts ]]; then
+                read -r f0 r0 f1 r1 f2 r2 <<<"$counts $(tern_handshakes "$resume")"
+                bench_log "tern's handshakes (full, resumed): wrk $((f1 - f0)), $((r1 - r0)); tern bench $((f2 - f1)), $((r2 - r1))"
+            fi
             printf '%s\t%s\t%s\t%s\t%s\n' "$kind" "$row" "$s" "${w:-0}" "${b:-0}" >>"$RESULTS"
         done
     done
@@ -275,7 +321,7 @@ EOF
 if [[ $NO_TESTSSL != 1 ]]; then
     cert ecdsa
     port=$(free_port)
-    start_tern ecdsa "$port"
+    start_tern ecdsa "$port" 1
     wait_https "$port"
     bench_log "testssl.sh against tern's default TLS settings (port $port)"
     testssl --quiet --color 0 --warnings off --jsonfile "$OUT/testssl.json" "127.0.0.1:$port" >"$OUT/testssl.txt" 2>&1 || true
