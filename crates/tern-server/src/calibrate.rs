@@ -27,7 +27,6 @@ use memmap2::Mmap;
 
 use crate::body::{Flushed, OutQueue};
 use crate::config::IoMethod;
-use crate::listeners;
 use crate::open_files::{Identity, OpenFile};
 use crate::static_io::{index, to_measure, ClassChoice, METHODS};
 use crate::sys;
@@ -166,10 +165,12 @@ struct Link {
 }
 
 impl Rig {
-    /// `unsent`: `limits.unsent_bytes`, as the server's sockets have it.
+    /// `unsent`: the unsent bound the server's connections have once their
+    /// reader proved fast, as the calibration's readers are
+    /// ([`crate::config::Limits::fast_reader_unsent`]).
     fn new(read_chunk: usize, unsent: u64) -> io::Result<Rig> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
-        listeners::limit_unsent(&listener, unsent)?;
+        sys::limit_unsent(listener.as_fd(), unsent)?;
         let mut links = Vec::with_capacity(LINKS);
         for _ in 0..LINKS {
             let mut client = TcpStream::connect(listener.local_addr()?)?;

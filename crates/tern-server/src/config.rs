@@ -642,7 +642,43 @@ pub struct Limits {
     /// server park megabytes of kernel memory for it, and a fast one is not
     /// held back (what is in flight, its window, is not capped). 0 = no
     /// bound (the kernel's `net.ipv4.tcp_notsent_lowat`). Default `"128KiB"`.
+    /// This is the bound of a new connection and of a slow reader; a
+    /// client that proves to read fast gets `fast_unsent_bytes`.
     pub unsent_bytes: Bytes,
+    /// Response bytes a client must take (acknowledge) at
+    /// `fast_reader_rate` or faster, measured from a moment the
+    /// `unsent_bytes` bound held its connection back, before the bound of
+    /// its connection becomes `fast_unsent_bytes`; 0 = never. With the
+    /// small bound the kernel sends each piece from inside the server's
+    /// write, and on a fast path it then also runs the receiver's side on
+    /// the server's CPU; with the large one it sends as the client's
+    /// acknowledgements arrive. A fast reader that stops reading can then
+    /// leave up to `fast_unsent_bytes` beyond what is in flight (with 0,
+    /// up to the kernel's send-buffer limit, the last field of
+    /// `net.ipv4.tcp_wmem`) in the kernel until it is cut off: only a
+    /// client that first read this much. Default `"1MiB"`.
+    pub fast_reader_bytes: Bytes,
+    /// Bytes per second a fast reader takes; a connection whose client
+    /// takes less while a response waits for it (checked about once a
+    /// second) gets `unsent_bytes` back and must prove itself again.
+    /// 0 = any rate. Default `"4MiB"`.
+    pub fast_reader_rate: Bytes,
+    /// The unsent bound of a fast reader's connection; 0 = no bound (the
+    /// kernel's). Default 0.
+    pub fast_unsent_bytes: Bytes,
+}
+
+impl Limits {
+    /// The unsent bound (`TCP_NOTSENT_LOWAT`, 0 = none) of a connection
+    /// whose client reads as fast as it can: `fast_unsent_bytes` once it
+    /// proved it, unless the bound is never raised.
+    pub fn fast_reader_unsent(&self) -> u64 {
+        if self.unsent_bytes.0 == 0 || self.fast_reader_bytes.0 == 0 {
+            self.unsent_bytes.0
+        } else {
+            self.fast_unsent_bytes.0
+        }
+    }
 }
 
 impl Default for Limits {
@@ -657,6 +693,9 @@ impl Default for Limits {
             max_ranges: 16,
             max_connections_per_ip: 0,
             unsent_bytes: Bytes(128 * 1024),
+            fast_reader_bytes: Bytes(1024 * 1024),
+            fast_reader_rate: Bytes(4 * 1024 * 1024),
+            fast_unsent_bytes: Bytes(0),
         }
     }
 }
@@ -1222,6 +1261,12 @@ impl Config {
             ),
             (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),
             (self.limits.unsent_bytes.0 > u64::from(u32::MAX), "limits", "unsent_bytes", "must be below 4GiB"),
+            (
+                self.limits.fast_unsent_bytes.0 > u64::from(u32::MAX),
+                "limits",
+                "fast_unsent_bytes",
+                "must be below 4GiB",
+            ),
             (self.static_files.open_file_cache == 0, "static", "open_file_cache", "must be at least 1"),
             (self.static_files.io_threads > 1024, "static", "io_threads", "must be at most 1024"),
             (

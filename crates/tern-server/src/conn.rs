@@ -184,6 +184,7 @@ pub struct Conn {
     timer: Timer,
     /// The send buffer was fixed small (a slow reader).
     send_clamped: bool,
+    pace: Pace,
     /// For service records (`log.service_records`; the clock is read for
     /// them only when they are kept): when the connection was accepted;
     /// when the request being read arrived (the readiness that brought its
@@ -224,6 +225,33 @@ pub struct Conn {
     link_quiet: bool,
 }
 
+/// Which unsent bound (`TCP_NOTSENT_LOWAT`) the connection has, and the
+/// measure of its reader that decides it: `limits.unsent_bytes` while new
+/// or slow, `limits.fast_unsent_bytes` once its client has taken
+/// `limits.fast_reader_bytes` at `limits.fast_reader_rate` or faster. The
+/// reader is measured only when the bound held a write back (a response
+/// larger than the bound, never a small one: no system call on the small
+/// files' path) and, once raised, on the once-a-second tick, whose
+/// `SIOCOUTQ` read of a connection sending a response it shares.
+#[derive(Default)]
+struct Pace {
+    /// The connection has the fast readers' bound.
+    fast: bool,
+    /// Since when the reader is measured, and the bytes it had
+    /// acknowledged then.
+    mark: Option<(Instant, u64)>,
+}
+
+/// The shortest time over which the tick judges a fast reader's rate
+/// (ticks are about a second apart; a mark set just before one waits for
+/// the next).
+const PACE_LOOK: Duration = Duration::from_millis(500);
+
+/// Whether `took` bytes in `elapsed` are at least `rate` bytes a second.
+fn at_rate(took: u64, elapsed: Duration, rate: u64) -> bool {
+    u128::from(took) * 1_000_000_000 >= u128::from(rate) * elapsed.as_nanos()
+}
+
 /// An answered request waiting for the end of its response.
 struct Unsent {
     arrived: Instant,
@@ -259,6 +287,7 @@ impl Conn {
             redirects: 0,
             timer: Timer { clock: Clock::Header, start: w.now, bytes: 0 },
             send_clamped: false,
+            pace: Pace::default(),
             accepted: if w.records.enabled() { Instant::now() } else { w.now },
             arriving: w.seen,
             read_at: w.seen,
@@ -649,6 +678,7 @@ impl Conn {
                 Ok(Flushed::All) => Sent::All,
                 Ok(Flushed::Blocked) => {
                     self.may_write = false;
+                    self.held_back(w);
                     Sent::Wait
                 }
                 // Pages not in memory: read in the I/O pool (only a queue
@@ -681,6 +711,66 @@ impl Conn {
                 }
             };
         }
+    }
+
+    /// A write was held back (the socket took all the unsent bytes its
+    /// bound allows): measures the reader ([`Pace`]) and raises the bound
+    /// once it has taken `limits.fast_reader_bytes` fast enough. Until the
+    /// bytes written could hold that many, no system call.
+    fn held_back(&mut self, w: &Worker<'_>) {
+        let l = &w.config.limits;
+        if self.pace.fast || self.send_clamped || l.fast_reader_unsent() == l.unsent_bytes.0 {
+            return;
+        }
+        let written = self.out.written;
+        if self.pace.mark.is_some_and(|(_, taken)| written < taken + l.fast_reader_bytes.0) {
+            return;
+        }
+        let Ok(unacked) = sys::unacked(self.sock.as_fd()) else { return };
+        let acked = written.saturating_sub(unacked as u64);
+        if let Some((since, taken)) = self.pace.mark {
+            let took = acked.saturating_sub(taken);
+            if took < l.fast_reader_bytes.0 {
+                return;
+            }
+            if at_rate(took, w.now.saturating_duration_since(since), l.fast_reader_rate.0)
+                && sys::limit_unsent(self.sock.as_fd(), l.fast_unsent_bytes.0).is_ok()
+            {
+                self.pace.fast = true;
+                w.stats.fast_readers.incr();
+            }
+        }
+        // Measured again from here: after the raise, for the tick; after
+        // a reader too slow, afresh.
+        self.pace.mark = Some((w.now, acked));
+    }
+
+    /// The tick's look at a fast reader's connection; `unacked`: the bytes
+    /// its client has not acknowledged yet, read while a response is being
+    /// sent. One that left bytes waiting and took less than
+    /// `limits.fast_reader_rate` since the last look gets
+    /// `limits.unsent_bytes` back. Between responses nothing is read (no
+    /// system call for an idle connection): what was written counts as
+    /// taken, so a client that had not taken it is found out at the next
+    /// look during a response.
+    fn pace_tick(&mut self, unacked: Option<u64>, w: &Worker<'_>) {
+        let l = &w.config.limits;
+        let acked = self.out.written.saturating_sub(unacked.unwrap_or(0));
+        if let (Some(unacked), Some((since, taken))) = (unacked, self.pace.mark) {
+            let elapsed = w.now.saturating_duration_since(since);
+            if elapsed < PACE_LOOK {
+                return;
+            }
+            if unacked > 0
+                && !at_rate(acked.saturating_sub(taken), elapsed, l.fast_reader_rate.0)
+                && sys::limit_unsent(self.sock.as_fd(), l.unsent_bytes.0).is_ok()
+            {
+                self.pace = Pace::default();
+                w.stats.fast_readers_slowed.incr();
+                return;
+            }
+        }
+        self.pace.mark = Some((w.now, acked));
     }
 
     /// Relays the backend's output into the output queue. Returns a status
@@ -1345,11 +1435,15 @@ impl Conn {
         };
         let elapsed = w.now.saturating_duration_since(self.timer.start);
         let mut bytes = self.timer.bytes;
-        if self.timer.clock == Clock::Send {
+        let unacked = (self.timer.clock == Clock::Send).then(|| sys::unacked(self.sock.as_fd()).unwrap_or(0) as u64);
+        if self.pace.fast {
+            self.pace_tick(unacked, w);
+        }
+        if let Some(unacked) = unacked {
             // Only what the peer acknowledged was taken: bytes still in the
             // socket's queue would otherwise pay for a reader that does not
             // read (queued before this response, they count against it).
-            bytes = bytes.saturating_sub(sys::unacked(self.sock.as_fd()).unwrap_or(0) as u64);
+            bytes = bytes.saturating_sub(unacked);
             if !self.send_clamped && bytes < 2 * min_rate * elapsed.as_secs() {
                 // A slow reader: the kernel is not to grow its buffer.
                 sys::clamp_send_buffer(self.sock.as_fd(), SLOW_SEND_BUFFER);

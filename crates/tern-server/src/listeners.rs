@@ -38,14 +38,6 @@ pub fn bind(addr: SocketAddr) -> io::Result<Socket> {
     Ok(socket)
 }
 
-/// Bounds to `bytes` what each connection accepted from `socket` may hold
-/// written but not yet sent (`TCP_NOTSENT_LOWAT`, which accepted sockets
-/// inherit: no system call per connection); 0 restores the kernel's
-/// default, also on a socket inherited from a reload.
-pub fn limit_unsent(socket: &impl std::os::fd::AsFd, bytes: u64) -> io::Result<()> {
-    socket2::SockRef::from(socket).set_tcp_notsent_lowat(u32::try_from(bytes).unwrap_or(u32::MAX))
-}
-
 /// The first of `ours`' addresses on which a socket outside this process
 /// listens too. `ours` are the sockets about to serve (their inodes are
 /// skipped without a look at this process's descriptors). Without

@@ -47,6 +47,12 @@ pub struct WorkerStats {
     pub rejected: Counter,
     /// Idle keep-alive connections closed to make room at the cap.
     pub evicted: Counter,
+    /// Connections given `limits.fast_unsent_bytes`: their client proved
+    /// to read fast.
+    pub fast_readers: Counter,
+    /// Fast readers' connections given `limits.unsent_bytes` back: their
+    /// client slowed down.
+    pub fast_readers_slowed: Counter,
     /// Connections open in this worker (gauge).
     pub active: Counter,
     pub requests: Counter,
@@ -222,6 +228,8 @@ pub struct Totals {
     pub accepted: u64,
     pub rejected: u64,
     pub evicted: u64,
+    pub fast_readers: u64,
+    pub fast_readers_slowed: u64,
     pub active: u64,
     pub requests: u64,
     pub status: [u64; 5],
@@ -255,6 +263,8 @@ impl Totals {
             t.accepted += w.accepted.get();
             t.rejected += w.rejected.get();
             t.evicted += w.evicted.get();
+            t.fast_readers += w.fast_readers.get();
+            t.fast_readers_slowed += w.fast_readers_slowed.get();
             t.active += w.active.get();
             t.requests += w.requests.get();
             for (sum, c) in t.status.iter_mut().zip(&w.status) {

@@ -1,6 +1,7 @@
 //! Starting and stopping: listeners, worker threads, signals.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
@@ -157,7 +158,7 @@ impl Prepared {
             tls.bound(&addrs);
         }
         for s in per_worker.iter().flatten() {
-            listeners::limit_unsent(s, config.limits.unsent_bytes.0)?;
+            sys::limit_unsent(s.as_fd(), config.limits.unsent_bytes.0)?;
         }
         let prepared = Prepared { config, access, records, per_worker, addrs, tls };
         prepared.refuse_taken()?;
@@ -268,7 +269,7 @@ impl Server {
             max_head_bytes: config.limits.max_header_bytes.usize(),
             max_headers: config.limits.max_headers,
         };
-        let (read_chunk, unsent) = (config.static_files.read_chunk.usize(), config.limits.unsent_bytes.0);
+        let (read_chunk, unsent) = (config.static_files.read_chunk.usize(), config.limits.fast_reader_unsent());
         let offload = match config.io_pool_threads() {
             0 => None,
             n => Some(Offload::start(n, site.root.try_clone()?)?),

@@ -61,6 +61,15 @@ pub fn sendfile(sock: BorrowedFd<'_>, file: BorrowedFd<'_>, offset: u64, len: us
     Ok(rustix::fs::sendfile(sock, file, Some(&mut off), len)?)
 }
 
+/// Bounds to `bytes` what `sock` may hold written but not yet sent
+/// (`TCP_NOTSENT_LOWAT`; beyond what is in flight). On a listening socket
+/// it is the bound of every connection accepted from it (they inherit it:
+/// no system call per connection); on a connection, its own. 0 restores
+/// the kernel's default, also on a socket inherited from a reload.
+pub fn limit_unsent(sock: BorrowedFd<'_>, bytes: u64) -> io::Result<()> {
+    socket2::SockRef::from(&sock).set_tcp_notsent_lowat(u32::try_from(bytes).unwrap_or(u32::MAX))
+}
+
 /// Bytes written to a socket that its peer has not acknowledged yet
 /// (`SIOCOUTQ`).
 pub fn unacked(sock: BorrowedFd<'_>) -> io::Result<usize> {

@@ -1,7 +1,8 @@
 //! Slow and idle clients cannot fill the connection cap: the send deadline
 //! counts only what the peer acknowledged, idle keep-alive connections make
 //! room at the cap, and `limits.max_connections_per_ip` refuses one
-//! address's excess without touching the others.
+//! address's excess without touching the others; a client that proves to
+//! read fast has its unsent bound raised until it slows down.
 
 mod common;
 
@@ -110,6 +111,70 @@ fn a_slow_reader_cannot_park_megabytes_in_the_kernel() {
         // otherwise take about 3 MB for it at once.
         assert!(queued <= 256 * 1024, "{io}: {queued} bytes held in the kernel for a reader that does not read");
     }
+}
+
+/// Reads one response of `len` body bytes on `s`, `chunk` bytes at a time
+/// with `pause` after each read; returns the bytes read.
+fn read_response(s: &mut TcpStream, len: usize, chunk: usize, pause: Duration) -> usize {
+    let mut buf = vec![0u8; chunk];
+    let mut got = Vec::new();
+    let mut total = 0;
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {total} bytes");
+        total += n;
+        if got.len() < 4096 {
+            got.extend_from_slice(&buf[..n]);
+        }
+        if let Some(end) = common::find(&got, b"\r\n\r\n") {
+            if total >= end + 4 + len {
+                return total;
+            }
+        }
+        std::thread::sleep(pause);
+    }
+}
+
+#[test]
+fn a_fast_reader_gets_the_larger_unsent_bound_until_it_stops_reading() {
+    let site = common::site();
+    std::fs::File::create(site.root.join("big.bin")).unwrap().set_len(8 << 20).unwrap();
+    std::fs::File::create(site.root.join("huge.bin")).unwrap().set_len(256 << 20).unwrap();
+    let tern = Tern::start(&site.root, "sendfile", "", &[]);
+    let count = |name: &str| status_json(&tern)["connections"][name].as_u64();
+    // 2 MiB at about 1 MiB/s (64 KiB every 60 ms): below fast_reader_rate
+    // (4 MiB/s), whatever stretch of it is measured.
+    let mut slow = connect_from("127.0.0.1", tern.addr, Some(64 * 1024));
+    slow.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut taken = 0;
+    while taken < 2 << 20 {
+        taken += slow.read(&mut buf).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    drop(slow);
+    assert_eq!(count("fast_readers"), Some(0), "a reader at 1 MiB/s was taken for a fast one");
+    // 8 MiB read as fast as loopback goes: past fast_reader_bytes (1 MiB)
+    // at far more than 4 MiB/s.
+    let mut fast = TcpStream::connect(tern.addr).unwrap();
+    fast.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    read_response(&mut fast, 8 << 20, 256 * 1024, Duration::ZERO);
+    assert_eq!(count("fast_readers"), Some(1));
+    // It stops reading: its connection holds more than the 128 KiB bound
+    // would let it (a_slow_reader_cannot_park_megabytes_in_the_kernel) ...
+    fast.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    fast.read_exact(&mut buf[..16 * 1024]).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let queued = send_queue(tern.addr, fast.local_addr().unwrap()).expect("the server's socket in /proc/net/tcp");
+    assert!(queued > 512 * 1024, "only {queued} bytes queued for a proven fast reader");
+    // ... until the once-a-second look finds it taking nothing: the bound
+    // is given back.
+    let start = Instant::now();
+    while count("fast_readers_slowed") != Some(1) {
+        assert!(start.elapsed() < Duration::from_secs(5), "the bound was not given back: {}", status_json(&tern));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(count("fast_readers"), Some(1));
 }
 
 #[test]

@@ -59,6 +59,8 @@ pub fn serve(
                 "accepted": t.accepted,
                 "rejected": t.rejected,
                 "evicted": t.evicted,
+                "fast_readers": t.fast_readers,
+                "fast_readers_slowed": t.fast_readers_slowed,
                 "max": config.server.max_connections,
             },
             "requests": {
@@ -369,6 +371,18 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
         "counter",
         "Idle keep-alive connections closed to make room at the cap.",
         &[("", t.evicted)],
+    );
+    metric(
+        "connections_fast_readers_total",
+        "counter",
+        "Connections given limits.fast_unsent_bytes: their client proved to read fast.",
+        &[("", t.fast_readers)],
+    );
+    metric(
+        "connections_fast_readers_slowed_total",
+        "counter",
+        "Fast readers' connections given limits.unsent_bytes back: their client slowed down.",
+        &[("", t.fast_readers_slowed)],
     );
     metric("requests_total", "counter", "Requests answered.", &[("", t.requests)]);
     let classes = ["{class=\"1xx\"}", "{class=\"2xx\"}", "{class=\"3xx\"}", "{class=\"4xx\"}", "{class=\"5xx\"}"];

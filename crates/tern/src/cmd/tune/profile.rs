@@ -27,7 +27,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         static_io::safe_choices(&bounds),
         budget,
         st.read_chunk.usize(),
-        config.limits.unsent_bytes.0,
+        config.limits.fast_reader_unsent(),
     )
     .context("calibration failed")?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
