@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use memmap2::Mmap;
 
 use crate::body::{Flushed, OutQueue};
-use crate::config::IoMethod;
+use crate::config::{IoMethod, Limits};
 use crate::open_files::{Identity, OpenFile};
 use crate::static_io::{index, to_measure, ClassChoice, METHODS};
 use crate::sys;
@@ -49,12 +49,17 @@ ETag: \"6744f1e0.0-100000\"\r\nAccept-Ranges: bytes\r\nContent-Length: 1048576\r
 /// machine a slice's responses take longer to finish than the slice) is
 /// not started, so a calibration ends on time with fewer rounds rather
 /// than late.
+///
+/// Each class is sent with the unsent bound the server's connections
+/// settle at for its size ([`Limits::settled_unsent`]): the rig keeps its
+/// sockets full, so the bound, not the request/response rhythm of the
+/// server's clients, is what limits how much waits in each.
 pub fn run(
     bounds: &[u64],
     mut choices: Vec<ClassChoice>,
     budget: Duration,
     read_chunk: usize,
-    unsent: u64,
+    limits: &Limits,
 ) -> io::Result<Vec<ClassChoice>> {
     let start = Instant::now();
     let measured: Vec<usize> = (0..choices.len()).filter(|&i| to_measure(&choices[i])).collect();
@@ -62,14 +67,14 @@ pub fn run(
         return Ok(choices);
     }
     let files = measured.iter().map(|&i| sample_file(representative(bounds, i))).collect::<io::Result<Vec<_>>>()?;
-    let mut rig = Rig::new(read_chunk, unsent)?;
+    let mut rig = Rig::new(read_chunk)?;
     // One warm-up slice per class, then ROUNDS slices per class and method,
     // out of what the preparation left of the budget.
     let slices = (measured.len() * (1 + ROUNDS * METHODS.len())) as u32;
     let slice = budget.saturating_sub(start.elapsed()) / slices;
     let mut rates = vec![[[0.0; ROUNDS]; 3]; measured.len()];
     for file in &files {
-        rig.sample(file, IoMethod::Sendfile, slice)?;
+        rig.sample(file, IoMethod::Sendfile, slice, limits)?;
     }
     let mut longest = Duration::ZERO;
     for round in 0..ROUNDS {
@@ -80,7 +85,7 @@ pub fn run(
         for (k, file) in files.iter().enumerate() {
             for j in 0..METHODS.len() {
                 let m = METHODS[(j + round + k) % METHODS.len()];
-                rates[k][index(m)][round] = rig.sample(file, m, slice)?;
+                rates[k][index(m)][round] = rig.sample(file, m, slice, limits)?;
             }
         }
         longest = longest.max(round_start.elapsed());
@@ -165,12 +170,8 @@ struct Link {
 }
 
 impl Rig {
-    /// `unsent`: the unsent bound the server's connections have once their
-    /// reader proved fast, as the calibration's readers are
-    /// ([`crate::config::Limits::fast_reader_unsent`]).
-    fn new(read_chunk: usize, unsent: u64) -> io::Result<Rig> {
+    fn new(read_chunk: usize) -> io::Result<Rig> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
-        sys::limit_unsent(listener.as_fd(), unsent)?;
         let mut links = Vec::with_capacity(LINKS);
         for _ in 0..LINKS {
             let mut client = TcpStream::connect(listener.local_addr()?)?;
@@ -203,7 +204,11 @@ impl Rig {
 
     /// Responses per second sending `file` with `method` for about `slice`
     /// (per second of cost, see the module's comment).
-    fn sample(&mut self, file: &Arc<OpenFile>, method: IoMethod, slice: Duration) -> io::Result<f64> {
+    /// With the unsent bound `limits` give responses of its size.
+    fn sample(&mut self, file: &Arc<OpenFile>, method: IoMethod, slice: Duration, limits: &Limits) -> io::Result<f64> {
+        for link in &self.links {
+            sys::limit_unsent(link.sock.as_fd(), limits.settled_unsent(file.size))?;
+        }
         let before = self.clocks();
         let start = Instant::now();
         let mut responses = 0u64;

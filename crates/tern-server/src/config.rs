@@ -679,6 +679,19 @@ impl Limits {
             self.fast_unsent_bytes.0
         }
     }
+
+    /// The unsent bound a connection that sends responses of `size` bytes
+    /// to a client reading as fast as it can settles at: a response larger
+    /// than `unsent_bytes` is held back by it, so the client proves itself
+    /// and gets [`Limits::fast_reader_unsent`]; a smaller one never
+    /// reaches the bound and keeps it.
+    pub fn settled_unsent(&self, size: u64) -> u64 {
+        if size > self.unsent_bytes.0 {
+            self.fast_reader_unsent()
+        } else {
+            self.unsent_bytes.0
+        }
+    }
 }
 
 impl Default for Limits {

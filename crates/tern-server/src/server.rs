@@ -269,7 +269,7 @@ impl Server {
             max_head_bytes: config.limits.max_header_bytes.usize(),
             max_headers: config.limits.max_headers,
         };
-        let (read_chunk, unsent) = (config.static_files.read_chunk.usize(), config.limits.fast_reader_unsent());
+        let (read_chunk, limits) = (config.static_files.read_chunk.usize(), config.limits.clone());
         let offload = match config.io_pool_threads() {
             0 => None,
             n => Some(Offload::start(n, site.root.try_clone()?)?),
@@ -294,7 +294,7 @@ impl Server {
         if io.needs_calibration() {
             std::thread::Builder::new()
                 .name("tern-calibrate".into())
-                .spawn(move || calibrate_in_background(&io, read_chunk, unsent))?;
+                .spawn(move || calibrate_in_background(&io, read_chunk, &limits))?;
         } else {
             log!(Level::Info, "{}", io.describe());
         }
@@ -397,10 +397,10 @@ const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis
 
 /// Measures the I/O methods while the server already serves (with the
 /// safe choices), then switches to the winners and logs them.
-fn calibrate_in_background(io: &StaticIo, read_chunk: usize, unsent: u64) {
+fn calibrate_in_background(io: &StaticIo, read_chunk: usize, limits: &crate::config::Limits) {
     let start = std::time::Instant::now();
     let outcome =
-        calibrate::run(io.bounds(), io.choices(), CALIBRATION_BUDGET, read_chunk, unsent).map_err(|e| e.to_string());
+        calibrate::run(io.bounds(), io.choices(), CALIBRATION_BUDGET, read_chunk, limits).map_err(|e| e.to_string());
     io.calibrated(outcome, start.elapsed().as_millis());
     log!(Level::Info, "{}", io.describe());
 }
