@@ -141,6 +141,37 @@ const POOL_SETTLED: usize = 32;
 /// coming and going of clients.
 const SETTLE_DROP: usize = 256;
 
+/// When a worker gives memory back: once it has shed [`SETTLE_DROP`]
+/// connections since its peak, then at every call while it keeps shedding
+/// (a burst may drain over several seconds), and once more at the call
+/// after it stopped: what the last connections freed after they were
+/// counted gone (a connection thread's allocator cache, freed when the
+/// thread exits) would otherwise stay resident.
+#[derive(Default)]
+struct Settling {
+    /// Most connections open at once since memory was last given back.
+    peak: usize,
+    /// Connections open when memory was last given back, while the burst
+    /// is still draining.
+    draining: Option<usize>,
+}
+
+impl Settling {
+    fn note(&mut self, open: usize) {
+        self.peak = self.peak.max(open);
+    }
+
+    fn give_back(&mut self, open: usize) -> bool {
+        self.note(open);
+        if self.peak - open >= SETTLE_DROP || self.draining.is_some_and(|at| open < at) {
+            self.peak = open;
+            self.draining = Some(open);
+            return true;
+        }
+        self.draining.take().is_some()
+    }
+}
+
 /// Buffers taken by connections while they work and given back while they
 /// idle, so thousands of idle keep-alive connections hold no buffers.
 #[derive(Default)]
@@ -203,8 +234,7 @@ pub struct Worker<'s> {
     /// What the I/O pool found for the path of the request being answered
     /// again (taken by static files; cleared after the answer).
     pub resolved: Option<Result<Found, ResolveError>>,
-    /// Most connections open at once since memory was last given back.
-    peak: usize,
+    settling: Settling,
 }
 
 impl<'s> Worker<'s> {
@@ -236,7 +266,7 @@ impl<'s> Worker<'s> {
             idle: 0,
             offload: None,
             resolved: None,
-            peak: 0,
+            settling: Settling::default(),
         }
     }
 
@@ -250,7 +280,7 @@ impl<'s> Worker<'s> {
     /// Records how many connections are open after new ones came in (a
     /// burst may begin and end between two calls of [`Worker::settle`]).
     pub fn note_open(&mut self, open: usize) {
-        self.peak = self.peak.max(open);
+        self.settling.note(open);
     }
 
     /// Called once a second with the connections this worker has open:
@@ -259,11 +289,9 @@ impl<'s> Worker<'s> {
     /// size stays at the burst's peak). True when memory was given back, so
     /// the engine can shrink its own tables too.
     pub fn settle(&mut self, open: usize) -> bool {
-        self.note_open(open);
-        if self.peak - open < SETTLE_DROP {
+        if !self.settling.give_back(open) {
             return false;
         }
-        self.peak = open;
         self.pool.shrink();
         sys::release_free_memory();
         true
@@ -280,5 +308,37 @@ impl<'s> Worker<'s> {
     /// stopping (a replaced server hands its connections over instead).
     pub fn closing(&self) -> bool {
         self.server.ending() == Ending::Stop
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_given_back_after_a_burst_and_while_it_drains() {
+        let mut s = Settling::default();
+        // Ordinary coming and going: nothing.
+        assert!(!s.give_back(10));
+        assert!(!s.give_back(300));
+        assert!(!s.give_back(60));
+        // A burst of 1,500 connections, seen between two calls.
+        s.note(1500);
+        assert!(s.give_back(900));
+        // It drains over the next seconds: given back at each, though each
+        // step is smaller than SETTLE_DROP.
+        assert!(s.give_back(700));
+        assert!(s.give_back(650));
+        assert!(s.give_back(10));
+        // It has stopped shrinking: once more, then nothing until the next
+        // burst.
+        assert!(s.give_back(10));
+        assert!(!s.give_back(10));
+        assert!(!s.give_back(5));
+        assert!(!s.give_back(200));
+        // 200 shed from there is not a burst.
+        assert!(!s.give_back(0));
+        s.note(2000);
+        assert!(s.give_back(1000));
     }
 }
