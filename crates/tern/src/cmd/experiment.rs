@@ -105,6 +105,44 @@ struct Lengths {
     measure: Duration,
 }
 
+/// E4's measurements of one load in one coding: the load's own, with the
+/// bytes per response and the gain against identity beside them, at `size`
+/// (`None`: a mix of sizes).
+fn on_the_wire(mut ms: Vec<Measurement>, bytes: f64, gain: f64, size: Option<u64>) -> Vec<Measurement> {
+    let mut wire = ms[0].clone();
+    (wire.metric, wire.value, wire.unit, wire.better) = ("response_bytes".into(), bytes, "B".into(), Better::Lower);
+    let mut gained = wire.clone();
+    (gained.metric, gained.value, gained.unit, gained.better) =
+        ("compression_gain".into(), gain * 100.0, "%".into(), Better::Higher);
+    ms.extend([wire, gained]);
+    for m in &mut ms {
+        m.size = size;
+    }
+    ms
+}
+
+/// E4's table row: page, coding (or mode), conns, bytes, gain, req/s,
+/// mean us, p99 us.
+fn compression_row(
+    page: String,
+    coding: &str,
+    connections: usize,
+    bytes: f64,
+    gain: f64,
+    report: &load::Report,
+) -> Vec<String> {
+    vec![
+        page,
+        coding.into(),
+        connections.to_string(),
+        format!("{bytes:.0}"),
+        format!("{:.1}%", gain * 100.0),
+        format!("{:.0}", report.requests_per_s),
+        format!("{:.0}", report.latency.service.mean_us),
+        report.latency.service.p99_us.to_string(),
+    ]
+}
+
 /// One closed-loop load run: `connections` on one thread.
 fn load(
     url: &str,
@@ -326,27 +364,8 @@ fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyhow::Result<
                 let gain = if identity > 0.0 { 1.0 - bytes / identity } else { 0.0 };
                 let mut ms = record::load_measurements(&report, coding, env);
                 ms.retain(|m| ["requests_per_s", "latency_mean", "latency_p99"].contains(&m.metric.as_str()));
-                let mut wire = ms[0].clone();
-                (wire.metric, wire.value, wire.unit, wire.better) =
-                    ("response_bytes".into(), bytes, "B".into(), Better::Lower);
-                let mut gained = wire.clone();
-                (gained.metric, gained.value, gained.unit, gained.better) =
-                    ("compression_gain".into(), gain * 100.0, "%".into(), Better::Higher);
-                ms.extend([wire, gained]);
-                for m in &mut ms {
-                    m.size = Some(s as u64);
-                }
-                table.0.push(vec![
-                    s.to_string(),
-                    coding.into(),
-                    connections.to_string(),
-                    format!("{bytes:.0}"),
-                    format!("{:.1}%", gain * 100.0),
-                    format!("{:.0}", report.requests_per_s),
-                    format!("{:.0}", report.latency.service.mean_us),
-                    report.latency.service.p99_us.to_string(),
-                ]);
-                measurements.extend(ms);
+                measurements.extend(on_the_wire(ms, bytes, gain, Some(s as u64)));
+                table.0.push(compression_row(s.to_string(), coding, connections, bytes, gain, &report));
                 if report.run.interrupted || interrupt.load(Ordering::Relaxed) {
                     interrupted = true;
                     break 'pages;

@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use tern_lab::load::{Options, RequestSpec, Stop, Url};
 use tern_lab::probe::env::Environment;
-use tern_lab::probe::figure::Better;
 use tern_lab::store::{record, Measurement};
 
-use super::{drive, Served, QUIET_LOG};
+use super::{compression_row, drive, on_the_wire, Served, QUIET_LOG};
 
 /// The modes compared: name and `[compression]` settings.
 const MODES: [(&str, &str); 3] =
@@ -84,27 +83,9 @@ pub(super) fn burst(
             ["requests_per_s", "latency_mean", "latency_p50", "latency_p99", "latency_max", "errors"]
                 .contains(&m.metric.as_str())
         });
-        let mut wire = ms[0].clone();
-        (wire.metric, wire.value, wire.unit, wire.better) = ("response_bytes".into(), bytes, "B".into(), Better::Lower);
-        let mut gained = wire.clone();
-        (gained.metric, gained.value, gained.unit, gained.better) =
-            ("compression_gain".into(), gain * 100.0, "%".into(), Better::Higher);
-        ms.extend([wire, gained]);
-        for m in &mut ms {
-            // A mean over the four sizes: no one size.
-            m.size = None;
-        }
-        out.measurements.extend(ms);
-        out.rows.push(vec![
-            "burst".into(),
-            mode.into(),
-            connections.to_string(),
-            format!("{bytes:.0}"),
-            format!("{:.1}%", gain * 100.0),
-            format!("{:.0}", report.requests_per_s),
-            format!("{:.0}", report.latency.service.mean_us),
-            report.latency.service.p99_us.to_string(),
-        ]);
+        // A mean over the four sizes: no one size.
+        out.measurements.extend(on_the_wire(ms, bytes, gain, None));
+        out.rows.push(compression_row("burst".into(), mode, connections, bytes, gain, &report));
     }
     Ok(out)
 }
