@@ -471,10 +471,6 @@ fn hammer(addr: std::net::SocketAddr, path: &str, conns: usize, n: usize) -> Vec
     threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
 }
 
-fn status_json(tern: &Tern) -> serde_json::Value {
-    json(&get(tern.addr, "/_tern/status", "").body)
-}
-
 #[test]
 fn kept_alive_connections_stay_at_the_pool_size() {
     let s = setup(4, "", "max_connections = 3");
@@ -482,7 +478,7 @@ fn kept_alive_connections_stay_at_the_pool_size() {
     assert!(failures.is_empty(), "{failures:?}");
     // From outside: php-fpm's socket holds exactly the pool's connections.
     assert_eq!(s.fpm.connections(), 3, "connections to php-fpm after 2,000 requests");
-    let php = &status_json(&s.tern)["fastcgi"]["backends"]["php"];
+    let php = &s.tern.status()["fastcgi"]["backends"]["php"];
     assert_eq!(php["connects"], 3, "{php}");
     assert_eq!(php["open"], 3);
     assert_eq!(php["idle"], 3);
@@ -499,7 +495,7 @@ fn one_worker_hands_its_connections_to_its_waiting_requests() {
     let failures = hammer(s.tern.addr, "/hello.php", 8, 2000);
     assert!(failures.is_empty(), "{failures:?}");
     assert_eq!(s.fpm.connections(), 2, "connections to php-fpm after 2,000 requests");
-    let php = &status_json(&s.tern)["fastcgi"]["backends"]["php"];
+    let php = &s.tern.status()["fastcgi"]["backends"]["php"];
     assert_eq!((php["connects"].as_u64(), php["reused"].as_u64()), (Some(2), Some(2000 - 2)), "{php}");
     assert_eq!((php["open"].as_u64(), php["idle"].as_u64(), php["waiting"].as_u64()), (Some(2), Some(2), Some(0)));
 }
@@ -530,7 +526,7 @@ fn recycled_children_and_a_killed_php_fpm() {
     // close is met by one retry on a fresh connection, never a failure.
     let failures = hammer(s.tern.addr, "/hello.php", 4, 2000);
     assert!(failures.is_empty(), "{} failures: {:?}", failures.len(), &failures[..failures.len().min(5)]);
-    let php = &status_json(&s.tern)["fastcgi"]["backends"]["php"];
+    let php = &s.tern.status()["fastcgi"]["backends"]["php"];
     assert_eq!(php["502"], 0, "{php}");
     assert!(php["retried"].as_u64().unwrap() > 0, "{php}");
 
@@ -598,7 +594,7 @@ fn a_silent_backend_times_out_while_static_files_flow() {
     let (status, took) = slow.join().unwrap();
     assert_eq!(status, 504);
     assert!(took >= Duration::from_secs(3) && took < Duration::from_secs(8), "504 after {took:?}");
-    let v = status_json(&tern);
+    let v = tern.status();
     assert_eq!(v["fastcgi"]["backends"]["silent"]["504"], 1, "{v}");
     drop(listener);
 }
@@ -668,7 +664,7 @@ fn a_tcp_backend() {
     let start = Instant::now();
     assert_eq!(get(tern.addr, "/down/x", "").status, 502);
     assert!(start.elapsed() < Duration::from_millis(1500), "502 took {:?}", start.elapsed());
-    let v = status_json(&tern);
+    let v = tern.status();
     assert_eq!(v["fastcgi"]["backends"]["tcp"]["connects"], 1, "{v}");
     assert_eq!(v["fastcgi"]["backends"]["zdown"]["502"], 1, "{v}");
 }

@@ -27,11 +27,6 @@ fn read_until_end(s: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option<Durati
     (got, None)
 }
 
-fn status_json(tern: &Tern) -> serde_json::Value {
-    let r = get(tern.addr, "/_tern/status", "");
-    serde_json::from_slice(&r.body).unwrap()
-}
-
 #[test]
 fn slowloris_is_cut_off_while_others_are_served() {
     let site = common::site();
@@ -73,7 +68,7 @@ fn slowloris_is_cut_off_while_others_are_served() {
         assert!(elapsed < Duration::from_secs(6), "slow client held on for {elapsed:?}");
         assert_eq!(statuses(&got), [408], "slow client told 408: {:?}", String::from_utf8_lossy(&got));
     }
-    assert!(status_json(&tern)["timeouts"]["header"].as_u64().unwrap() >= 20);
+    assert!(tern.status()["timeouts"]["header"].as_u64().unwrap() >= 20);
 }
 
 #[test]
@@ -116,7 +111,7 @@ fn slow_reader_is_dropped() {
     let (got, ended) = read_until_end(&mut s, Duration::from_secs(10));
     assert!(ended.is_some(), "the stalled transfer was not cut");
     assert!(got.len() < 256 << 20, "the whole file was sent to a reader that did not read");
-    assert!(status_json(&tern)["timeouts"]["send"].as_u64().unwrap() >= 1);
+    assert!(tern.status()["timeouts"]["send"].as_u64().unwrap() >= 1);
 }
 
 #[test]
@@ -153,7 +148,7 @@ fn connection_cap_answers_503_and_recovers() {
     assert_eq!(r.status, 200);
     drop(held);
     thread::sleep(Duration::from_millis(300));
-    assert!(status_json(&tern)["connections"]["rejected"].as_u64().unwrap() >= 1);
+    assert!(tern.status()["connections"]["rejected"].as_u64().unwrap() >= 1);
 }
 
 #[test]

@@ -42,10 +42,6 @@ fn get_small(s: &mut TcpStream) -> u16 {
     }
 }
 
-fn status_json(tern: &Tern) -> serde_json::Value {
-    serde_json::from_slice(&common::get(tern.addr, "/_tern/status", "").body).unwrap()
-}
-
 #[test]
 fn a_slow_reader_is_cut_by_what_it_acknowledged_not_what_was_buffered() {
     let site = common::site();
@@ -72,7 +68,7 @@ fn a_slow_reader_is_cut_by_what_it_acknowledged_not_what_was_buffered() {
     // What it took (and its small window) pays for about a second more.
     assert!(ended >= Duration::from_secs(2), "cut before the base time: {ended:?}");
     assert!(ended < Duration::from_secs(9), "cut only after {ended:?} ({got} bytes read)");
-    assert_eq!(status_json(&tern)["timeouts"]["send"].as_u64(), Some(1));
+    assert_eq!(tern.status()["timeouts"]["send"].as_u64(), Some(1));
 }
 
 /// Bytes the kernel holds to send on the IPv4 connection from `local` to
@@ -141,7 +137,7 @@ fn a_fast_reader_gets_the_larger_unsent_bound_until_it_stops_reading() {
     std::fs::File::create(site.root.join("big.bin")).unwrap().set_len(8 << 20).unwrap();
     std::fs::File::create(site.root.join("huge.bin")).unwrap().set_len(256 << 20).unwrap();
     let tern = Tern::start(&site.root, "sendfile", "", &[]);
-    let count = |name: &str| status_json(&tern)["connections"][name].as_u64();
+    let count = |name: &str| tern.status()["connections"][name].as_u64();
     // 2 MiB at about 1 MiB/s (64 KiB every 60 ms): below fast_reader_rate
     // (4 MiB/s), whatever stretch of it is measured.
     let mut slow = connect_from("127.0.0.1", tern.addr, Some(64 * 1024));
@@ -171,7 +167,7 @@ fn a_fast_reader_gets_the_larger_unsent_bound_until_it_stops_reading() {
     // is given back.
     let start = Instant::now();
     while count("fast_readers_slowed") != Some(1) {
-        assert!(start.elapsed() < Duration::from_secs(5), "the bound was not given back: {}", status_json(&tern));
+        assert!(start.elapsed() < Duration::from_secs(5), "the bound was not given back: {}", tern.status());
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(count("fast_readers"), Some(1));
@@ -216,7 +212,7 @@ fn an_idle_keep_alive_connection_makes_room_at_the_cap() {
     // Room for the status page.
     held.pop();
     std::thread::sleep(Duration::from_millis(300));
-    let j = status_json(&tern);
+    let j = tern.status();
     assert_eq!(j["connections"]["evicted"].as_u64(), Some(1), "{j}");
 }
 
@@ -256,7 +252,7 @@ fn at_the_cap_an_idle_connection_on_another_worker_makes_room() {
     // Room for the status page.
     busy.pop();
     std::thread::sleep(Duration::from_millis(300));
-    let j = status_json(&tern);
+    let j = tern.status();
     assert_eq!(j["connections"]["evicted"].as_u64(), Some(8), "{j}");
     assert_eq!(j["connections"]["rejected"].as_u64(), Some(0), "{j}");
     drop(busy);
@@ -296,7 +292,7 @@ fn the_per_address_limit_refuses_only_the_address_over_it() {
             assert_eq!(get_small(s), 200);
         }
     }
-    assert_eq!(status_json(&tern)["connections"]["rejected"].as_u64(), Some(150));
+    assert_eq!(tern.status()["connections"]["rejected"].as_u64(), Some(150));
     // Closing makes room for the same address again.
     attack.truncate(10);
     std::thread::sleep(Duration::from_millis(500));

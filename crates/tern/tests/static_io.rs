@@ -29,10 +29,17 @@ fn root_with(sizes: &[usize]) -> (tempfile::TempDir, Vec<(String, Vec<u8>)>) {
     (dir, files)
 }
 
-fn status(tern: &Tern) -> serde_json::Value {
-    let r = get(tern.addr, "/_tern/status", "");
-    assert_eq!(r.status, 200);
-    serde_json::from_slice(&r.body).expect("status is JSON")
+/// The `io` part of the status once the start-up calibration has ended.
+fn calibrated(tern: &Tern) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let s = tern.status();
+        if s["io"]["source"] != "calibrating" {
+            return s["io"].clone();
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "still calibrating: {s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn bodies_by(tern: &Tern, method: &str) -> u64 {
@@ -72,7 +79,7 @@ fn a_profile_forces_the_method_of_each_size_class() {
         (2, 2, 2),
         "bodies per method"
     );
-    let s = status(&tern);
+    let s = tern.status();
     let io = &s["io"];
     assert_eq!((io["mode"].as_str(), io["source"].as_str()), (Some("auto"), Some("profile")), "{io}");
     assert_eq!(io["detail"].as_str(), Some(profile.display().to_string().as_str()));
@@ -99,7 +106,7 @@ fn configured_io_methods_choose_the_method_of_each_size_class() {
         (2, 2, 2),
         "bodies per method"
     );
-    let io = status(&tern)["io"].clone();
+    let io = tern.status()["io"].clone();
     assert_eq!((io["mode"].as_str(), io["source"].as_str()), (Some("auto"), Some("configured")), "{io}");
     let classes = io["classes"].as_array().unwrap();
     let methods: Vec<&str> = classes.iter().map(|c| c["method"].as_str().unwrap()).collect();
@@ -112,15 +119,7 @@ fn an_auto_entry_in_io_methods_leaves_its_class_to_the_calibration() {
     let (root, files) = root_with(&[2048, 2049, 300_000, 1_048_577]);
     let config = "[static]\nio_classes = [\"2KiB\", \"1MiB\"]\nio_methods = [\"read\", \"auto\", \"sendfile\"]\n";
     let tern = Tern::start(root.path(), "auto", config, &[]);
-    let start = Instant::now();
-    let io = loop {
-        let s = status(&tern);
-        if s["io"]["source"] != "calibrating" {
-            break s["io"].clone();
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "still calibrating: {s}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let io = calibrated(&tern);
     assert_eq!(io["source"], "calibrated", "{io}");
     let classes = io["classes"].as_array().unwrap();
     let bases: Vec<&str> = classes.iter().map(|c| c["basis"].as_str().unwrap()).collect();
@@ -147,15 +146,7 @@ fn the_start_up_calibration_finishes_and_is_reported() {
     let tern = Tern::start(root.path(), "auto", "", &[]);
     // Served at once (the safe choices), byte-exact across the boundaries.
     fetch_all(&tern, &files);
-    let start = Instant::now();
-    let io = loop {
-        let s = status(&tern);
-        if s["io"]["source"] != "calibrating" {
-            break s["io"].clone();
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "still calibrating: {s}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let io = calibrated(&tern);
     assert_eq!(io["source"], "calibrated", "{io}");
     let ms: u64 = io["detail"].as_str().unwrap().trim_end_matches(" ms").parse().unwrap();
     assert!(ms < 5000, "calibration took {ms} ms");
@@ -196,7 +187,7 @@ fn tune_writes_a_profile_that_serve_uses() {
     let (root, files) = root_with(&[100, 20000, 400_000]);
     let config = format!("[static]\nio_profile = {:?}\n", profile.display().to_string());
     let tern = Tern::start(root.path(), "auto", &config, &[]);
-    let io = status(&tern)["io"].clone();
+    let io = tern.status()["io"].clone();
     assert_eq!(io["source"], "profile", "{io}");
     let used: Vec<&str> = io["classes"].as_array().unwrap().iter().map(|c| c["method"].as_str().unwrap()).collect();
     assert_eq!(used, written);

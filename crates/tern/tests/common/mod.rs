@@ -134,6 +134,13 @@ impl Tern {
         self.child.id() as i32
     }
 
+    /// The server's `/_tern/status` document.
+    pub fn status(&self) -> serde_json::Value {
+        let r = get(self.addr, "/_tern/status", "");
+        assert_eq!(r.status, 200);
+        serde_json::from_slice(&r.body).expect("status is JSON")
+    }
+
     /// Sends SIGTERM and waits for the exit (at most `limit`).
     pub fn terminate(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         unsafe { libc::kill(self.pid(), libc::SIGTERM) };
