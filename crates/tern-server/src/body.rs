@@ -44,6 +44,9 @@ pub enum Flushed {
     All,
     /// The socket is full; wait until it is writable.
     Blocked,
+    /// The socket has room, but this connection sent its
+    /// `sendfile_max_chunk`: let the others have a turn, then flush again.
+    Yield,
     /// The next bytes to send are in a file region whose pages are not in
     /// the page cache: read them in the I/O pool, then
     /// [`OutQueue::insert_read`] them.
@@ -59,6 +62,8 @@ const MAX_IOV: usize = 32;
 /// One connection's pending output.
 pub struct OutQueue {
     chunk_size: usize,
+    /// Most bytes one flush sends by `sendfile` (`u64::MAX`: no limit).
+    sendfile_max_chunk: u64,
     /// Heads and in-memory bodies.
     pub buf: Vec<u8>,
     segments: VecDeque<Segment>,
@@ -75,9 +80,11 @@ pub struct OutQueue {
 }
 
 impl OutQueue {
-    pub fn new(chunk_size: usize, offload: bool) -> Self {
+    /// `sendfile_max_chunk`: 0 is no limit.
+    pub fn new(chunk_size: usize, sendfile_max_chunk: u64, offload: bool) -> Self {
         OutQueue {
             chunk_size,
+            sendfile_max_chunk: if sendfile_max_chunk == 0 { u64::MAX } else { sendfile_max_chunk },
             buf: Vec::new(),
             segments: VecDeque::new(),
             chunk: Vec::new(),
@@ -306,6 +313,7 @@ impl OutQueue {
     }
 
     fn flush_once(&mut self, sock: BorrowedFd<'_>) -> io::Result<Flushed> {
+        let mut by_sendfile = 0;
         loop {
             if self.offload {
                 if let Some((file, offset, len)) = self.cold_region() {
@@ -323,10 +331,17 @@ impl OutQueue {
             };
             let (n, wanted) = match front {
                 Segment::File { file, offset, len, method: IoMethod::Sendfile, ready } => {
-                    let want = sendable(*offset, *len, *ready).min(1 << 30) as usize;
+                    let turn = self.sendfile_max_chunk - by_sendfile;
+                    if turn == 0 {
+                        return Ok(Flushed::Yield);
+                    }
+                    let want = sendable(*offset, *len, *ready).min(turn).min(1 << 30) as usize;
                     match sys::sendfile(sock, file.file.as_fd(), *offset, want) {
                         Ok(0) => return Err(file.shrank()),
-                        Ok(n) => (n, want),
+                        Ok(n) => {
+                            by_sendfile += n as u64;
+                            (n, want)
+                        }
                         Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
                         Err(e) => return Err(e),
                     }
@@ -474,4 +489,61 @@ fn read_exact_at(file: BorrowedFd<'_>, mut buf: &mut [u8], mut offset: u64) -> i
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::unix::fs::FileExt;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Sends a head and a 1 MiB file by sendfile through a queue with
+    /// `max_chunk` to a reader; returns the bytes it got, the most file
+    /// bytes one flush sent, and the number of yields.
+    fn send_with(max_chunk: u64) -> (Vec<u8>, Arc<OpenFile>, u64, usize) {
+        let file = crate::calibrate::sample_file(1 << 20).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).unwrap();
+            got
+        });
+        let mut q = OutQueue::new(64 * 1024, max_chunk, false);
+        q.buf.extend_from_slice(b"head");
+        q.push_file(&file, 0, file.size, IoMethod::Sendfile);
+        let (mut most, mut yields) = (0, 0);
+        loop {
+            let before = q.written;
+            let flushed = q.flush(server.as_fd()).unwrap();
+            most = most.max(q.written - before);
+            match flushed {
+                Flushed::All => break,
+                Flushed::Yield => yields += 1,
+                Flushed::Blocked => sys::wait_writable(&[server.as_fd()], Duration::from_secs(5)).unwrap(),
+                Flushed::Cold { .. } => unreachable!("no offload"),
+            }
+        }
+        drop(server);
+        (reader.join().unwrap(), file, most, yields)
+    }
+
+    #[test]
+    fn sendfile_yields_after_its_chunk_and_sends_every_byte() {
+        let (got, file, most, yields) = send_with(256 * 1024);
+        let mut want = b"head".to_vec();
+        want.resize(4 + file.size as usize, 0);
+        file.file.read_exact_at(&mut want[4..], 0).unwrap();
+        assert!(got == want, "{} bytes, not the {} sent", got.len(), want.len());
+        assert!(most <= 4 + 256 * 1024, "one flush sent {most} bytes");
+        assert!(yields >= 1);
+        // 0: no limit, never a yield.
+        let (got, _, _, yields) = send_with(0);
+        assert!(got == want && yields == 0);
+    }
 }

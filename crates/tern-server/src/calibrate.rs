@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use memmap2::Mmap;
 
 use crate::body::{Flushed, OutQueue};
-use crate::config::{IoMethod, Limits};
+use crate::config::{IoMethod, Limits, StaticFiles};
 use crate::open_files::{Identity, OpenFile};
 use crate::static_io::{index, to_measure, ClassChoice, METHODS};
 use crate::sys;
@@ -61,7 +61,7 @@ pub fn run(
     bounds: &[u64],
     mut choices: Vec<ClassChoice>,
     budget: Duration,
-    read_chunk: usize,
+    st: &StaticFiles,
     limits: &Limits,
 ) -> io::Result<Vec<ClassChoice>> {
     let start = Instant::now();
@@ -70,7 +70,7 @@ pub fn run(
         return Ok(choices);
     }
     let files = measured.iter().map(|&i| sample_file(representative(bounds, i))).collect::<io::Result<Vec<_>>>()?;
-    let mut rig = Rig::new(read_chunk)?;
+    let mut rig = Rig::new(st)?;
     // One warm-up slice per class, then ROUNDS slices per class and method,
     // out of what the preparation left of the budget.
     let slices = (measured.len() * (1 + ROUNDS * METHODS.len())) as u32;
@@ -146,7 +146,7 @@ pub fn representative(bounds: &[u64], class: usize) -> u64 {
 
 /// An unlinked temporary file of `size` bytes, opened and mapped as the
 /// open-file table would.
-fn sample_file(size: u64) -> io::Result<Arc<OpenFile>> {
+pub(crate) fn sample_file(size: u64) -> io::Result<Arc<OpenFile>> {
     let mut file = tempfile::tempfile()?;
     let pattern: Vec<u8> = (0..=255u8).cycle().take(64 * 1024).collect();
     let mut left = size;
@@ -193,7 +193,7 @@ struct Link {
 }
 
 impl Rig {
-    fn new(read_chunk: usize) -> io::Result<Rig> {
+    fn new(st: &StaticFiles) -> io::Result<Rig> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let mut links = Vec::with_capacity(LINKS);
         for _ in 0..LINKS {
@@ -209,7 +209,12 @@ impl Rig {
                 while matches!(client.read(&mut buf), Ok(n) if n > 0) {}
             })?;
             let reader_stat = tid_rx.recv().ok().map(|tid| format!("/proc/self/task/{tid}/schedstat"));
-            links.push(Link { sock, out: OutQueue::new(read_chunk, false), reader: Some(reader), reader_stat });
+            links.push(Link {
+                sock,
+                out: OutQueue::new(st.read_chunk.usize(), st.sendfile_max_chunk.0, false),
+                reader: Some(reader),
+                reader_stat,
+            });
         }
         Ok(Rig { links })
     }

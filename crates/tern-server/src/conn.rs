@@ -273,7 +273,7 @@ impl Conn {
             peers: Peers { peer, local },
             rbuf: Vec::new(),
             rpos: 0,
-            out: OutQueue::new(st.read_chunk.usize(), w.offload.is_some()),
+            out: OutQueue::new(st.read_chunk.usize(), st.sendfile_max_chunk.0, w.offload.is_some()),
             phase: Phase::Head,
             may_read: false,
             may_write: true,
@@ -681,6 +681,15 @@ impl Conn {
                     self.held_back(w);
                     Sent::Wait
                 }
+                // A reactor drives the others first and this one again
+                // after them; a thread of its own writes on.
+                Ok(Flushed::Yield) => match w.watcher.doorbell() {
+                    Some(doorbell) => {
+                        doorbell.ring(self.key);
+                        Sent::Wait
+                    }
+                    None => continue,
+                },
                 // Pages not in memory: read in the I/O pool (only a queue
                 // of a connection with a pool says this).
                 Ok(Flushed::Cold { file, offset, len }) => {

@@ -270,7 +270,7 @@ impl Server {
             max_head_bytes: config.limits.max_header_bytes.usize(),
             max_headers: config.limits.max_headers,
         };
-        let (read_chunk, limits) = (config.static_files.read_chunk.usize(), config.limits.clone());
+        let (static_files, limits) = (config.static_files.clone(), config.limits.clone());
         let offload = match config.io_pool_threads() {
             0 => None,
             n => Some(Offload::start(n, site.root.try_clone()?)?),
@@ -295,7 +295,7 @@ impl Server {
         if io.needs_calibration() {
             std::thread::Builder::new()
                 .name("tern-calibrate".into())
-                .spawn(move || calibrate_in_background(&io, read_chunk, &limits))?;
+                .spawn(move || calibrate_in_background(&io, &static_files, &limits))?;
         } else {
             log!(Level::Info, "{}", io.describe());
         }
@@ -398,10 +398,9 @@ const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis
 
 /// Measures the I/O methods while the server already serves (with the
 /// safe choices), then switches to the winners and logs them.
-fn calibrate_in_background(io: &StaticIo, read_chunk: usize, limits: &crate::config::Limits) {
+fn calibrate_in_background(io: &StaticIo, st: &crate::config::StaticFiles, limits: &crate::config::Limits) {
     let start = std::time::Instant::now();
-    let outcome =
-        calibrate::run(io.bounds(), io.choices(), CALIBRATION_BUDGET, read_chunk, limits).map_err(|e| e.to_string());
+    let outcome = calibrate::run(io.bounds(), io.choices(), CALIBRATION_BUDGET, st, limits).map_err(|e| e.to_string());
     io.calibrated(outcome, start.elapsed().as_millis());
     log!(Level::Info, "{}", io.describe());
 }

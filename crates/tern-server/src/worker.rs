@@ -100,6 +100,11 @@ impl Doorbell {
         }
     }
 
+    /// Whether a connection was rung for since the last [`Doorbell::take`].
+    pub fn is_rung(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
     /// The connections rung for since the last call, into `keys`
     /// (emptied first).
     pub fn take(&self, keys: &mut Vec<usize>) {

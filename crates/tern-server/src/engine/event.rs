@@ -94,20 +94,17 @@ pub fn run(
 
     loop {
         // Connections rung for since the last wait (by this worker's own
-        // connections, which wake nobody, or by other workers), until
-        // driving them rings for no more.
-        loop {
-            doorbell.take(&mut rung);
-            if rung.is_empty() {
-                break;
-            }
-            for &key in &rung {
-                // A key rung for a connection that ended since may name a
-                // new one: it is driven for nothing, which does no harm.
-                if let Some(conn) = conns.get_mut(key) {
-                    let status = front::guarded(&mut w, conn, |c, w| c.on_backend_ready(shared, w, true, false, false));
-                    settle(shared, &mut w, &poll, &mut conns, key, status, ending);
-                }
+        // connections, which wake nobody, or by other workers). One that
+        // rings again while driven (it sent its `sendfile_max_chunk`) is
+        // driven after the next wait, which then does not block: the
+        // others' events come first.
+        doorbell.take(&mut rung);
+        for &key in &rung {
+            // A key rung for a connection that ended since may name a
+            // new one: it is driven for nothing, which does no harm.
+            if let Some(conn) = conns.get_mut(key) {
+                let status = front::guarded(&mut w, conn, |c, w| c.on_backend_ready(shared, w, true, false, false));
+                settle(shared, &mut w, &poll, &mut conns, key, status, ending);
             }
         }
         // A program that closed its output usually exits a moment later:
@@ -117,7 +114,7 @@ pub fn run(
         if let Some(reap) = w.reaper.wake_in(w.now) {
             timeout = timeout.min(reap);
         }
-        if listening.pending() {
+        if listening.pending() || doorbell.is_rung() {
             timeout = Duration::ZERO;
         }
         if let Err(e) = poll.poll(&mut events, Some(timeout)) {

@@ -1023,7 +1023,7 @@ mod tests {
             body_bytes: 0,
             held: None,
         };
-        let mut out = OutQueue::new(4096, false);
+        let mut out = OutQueue::new(4096, 0, false);
         let mut last = Pump::Wait;
         for piece in pieces {
             last = r.feed(&mut out, &params, piece);

@@ -22,9 +22,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("--duration `{}`: expected a time of at least 50ms, e.g. \"3s\"", args.duration))?;
     let st = &config.static_files;
     let bounds: Vec<u64> = st.io_classes.iter().map(|b| b.0).collect();
-    let choices =
-        calibrate::run(&bounds, static_io::safe_choices(&bounds), budget, st.read_chunk.usize(), &config.limits)
-            .context("calibration failed")?;
+    let choices = calibrate::run(&bounds, static_io::safe_choices(&bounds), budget, st, &config.limits)
+        .context("calibration failed")?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
