@@ -504,7 +504,7 @@ mod tests {
     /// `max_chunk` to a reader; returns the bytes it got, the most file
     /// bytes one flush sent, and the number of yields.
     fn send_with(max_chunk: u64) -> (Vec<u8>, Arc<OpenFile>, u64, usize) {
-        let file = crate::calibrate::sample_file(1 << 20).unwrap();
+        let file = OpenFile::temporary(1 << 20).unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();

@@ -26,11 +26,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use memmap2::Mmap;
-
 use crate::body::{Flushed, OutQueue};
 use crate::config::{IoMethod, Limits, StaticFiles};
-use crate::open_files::{Identity, OpenFile};
+use crate::open_files::OpenFile;
 use crate::static_io::{index, to_measure, ClassChoice, METHODS};
 use crate::sys;
 
@@ -69,7 +67,8 @@ pub fn run(
     if measured.is_empty() {
         return Ok(choices);
     }
-    let files = measured.iter().map(|&i| sample_file(representative(bounds, i))).collect::<io::Result<Vec<_>>>()?;
+    let files =
+        measured.iter().map(|&i| OpenFile::temporary(representative(bounds, i))).collect::<io::Result<Vec<_>>>()?;
     let mut rig = Rig::new(st)?;
     // One warm-up slice per class, then ROUNDS slices per class and method,
     // out of what the preparation left of the budget.
@@ -142,36 +141,6 @@ pub fn representative(bounds: &[u64], class: usize) -> u64 {
         }
         None => (lo * 4).max(1 << 20),
     }
-}
-
-/// An unlinked temporary file of `size` bytes, opened and mapped as the
-/// open-file table would.
-pub(crate) fn sample_file(size: u64) -> io::Result<Arc<OpenFile>> {
-    let mut file = tempfile::tempfile()?;
-    let pattern: Vec<u8> = (0..=255u8).cycle().take(64 * 1024).collect();
-    let mut left = size;
-    while left > 0 {
-        let n = left.min(pattern.len() as u64) as usize;
-        io::Write::write_all(&mut file, &pattern[..n])?;
-        left -= n as u64;
-    }
-    let stat = rustix::fs::fstat(&file)?;
-    // SAFETY: only the kernel reads the mapping (see `OpenFile::mapping`).
-    let mapping = Some(unsafe { Mmap::map(&file)? });
-    Ok(Arc::new(OpenFile {
-        file,
-        size,
-        identity: Identity::of(&stat),
-        mapping,
-        etag: Box::default(),
-        last_modified: 0,
-        last_modified_http: Box::default(),
-        content_type: Box::default(),
-        headers: Box::default(),
-        rel_path: Box::default(),
-        negotiable: false,
-        resident: Default::default(),
-    }))
 }
 
 /// Connections sent to at once: stalls of one overlap with progress on

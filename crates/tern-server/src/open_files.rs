@@ -70,6 +70,36 @@ pub struct OpenFile {
 const RESIDENCY_WINDOW: usize = 512;
 
 impl OpenFile {
+    /// An unlinked temporary file of `size` bytes, opened and mapped as the
+    /// open-file table would (the calibration sends it).
+    pub fn temporary(size: u64) -> std::io::Result<Arc<OpenFile>> {
+        let mut file = tempfile::tempfile()?;
+        let pattern: Vec<u8> = (0..=255u8).cycle().take(64 * 1024).collect();
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(pattern.len() as u64) as usize;
+            std::io::Write::write_all(&mut file, &pattern[..n])?;
+            left -= n as u64;
+        }
+        let stat = rustix::fs::fstat(&file)?;
+        // SAFETY: only the kernel reads the mapping (see `OpenFile::mapping`).
+        let mapping = Some(unsafe { Mmap::map(&file)? });
+        Ok(Arc::new(OpenFile {
+            file,
+            size,
+            identity: Identity::of(&stat),
+            mapping,
+            etag: Box::default(),
+            last_modified: 0,
+            last_modified_http: Box::default(),
+            content_type: Box::default(),
+            headers: Box::default(),
+            rel_path: Box::default(),
+            negotiable: false,
+            resident: Default::default(),
+        }))
+    }
+
     /// The error for a file that ended before its announced length: the
     /// response cannot be completed, so the connection must close.
     pub fn shrank(&self) -> std::io::Error {
