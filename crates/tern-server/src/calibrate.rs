@@ -110,8 +110,8 @@ fn judge(rates: &[[f64; ROUNDS]; 3], rounds: usize) -> (usize, [f64; 3]) {
 }
 
 /// The middle of `rates` (the mean of the two middle ones for an even
-/// count).
-fn median(rates: &[f64]) -> f64 {
+/// count; 0 for none). `tern tune` judges its rounds with it too.
+pub fn median(rates: &[f64]) -> f64 {
     let mut sorted = rates.to_vec();
     sorted.sort_by(f64::total_cmp);
     match sorted.len() {

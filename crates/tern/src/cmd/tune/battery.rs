@@ -29,6 +29,7 @@ use tern_lab::load::{self, plan, Options, Plan, RequestSpec, Stop, Url};
 use tern_lab::probe::env::Environment;
 use tern_lab::probe::figure::Better;
 use tern_lab::store::{self, record, Measurement, RunData, Status};
+pub use tern_server::calibrate::median;
 use tern_server::Config;
 
 use super::output::{self, Tuned};
@@ -184,16 +185,6 @@ pub fn choose(samples: &[Vec<Vec<f64>>], ws: &[usize], default: usize) -> usize 
         .filter(|&(_, r)| r > 0.0)
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map_or(default, |(c, _)| c)
-}
-
-pub fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// What a battery measured and stored.
