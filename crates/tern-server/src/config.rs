@@ -96,6 +96,11 @@ pub struct Server {
     /// send deadline). Separate from `shutdown_timeout`, so a reload never
     /// cuts a long download. Default 0.
     pub reload_drain_timeout: Seconds,
+    /// `event`: after a turn with work, how long a worker polls again
+    /// (yielding the CPU between polls) before it sleeps, so the next
+    /// request usually finds it awake; backs off while polls find nothing.
+    /// 0 = sleep at once; at most `"1ms"`. Default `"50us"`.
+    pub busy_poll: Seconds,
 }
 
 impl Default for Server {
@@ -117,6 +122,7 @@ impl Default for Server {
             user: String::new(),
             group: String::new(),
             reload_drain_timeout: Seconds(Duration::ZERO),
+            busy_poll: Seconds(Duration::from_micros(50)),
         }
     }
 }
@@ -1126,7 +1132,7 @@ impl<'de> Deserialize<'de> for Bytes {
 }
 
 /// A duration: an integer number of seconds, or a string with a unit
-/// (`"500ms"`, `"10s"`, `"2m"`, `"1h"`).
+/// (`"50us"`, `"500ms"`, `"10s"`, `"2m"`, `"1h"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Seconds(pub Duration);
 
@@ -1137,6 +1143,7 @@ impl Seconds {
         let (num, unit) = s.split_at(split);
         let n: u64 = num.parse().ok()?;
         let d = match unit {
+            "us" => Duration::from_micros(n),
             "ms" => Duration::from_millis(n),
             "" | "s" => Duration::from_secs(n),
             "m" => Duration::from_secs(n.checked_mul(60)?),
@@ -1268,6 +1275,12 @@ impl Config {
             ),
             (self.server.workers > MAX_WORKERS, "server", "workers", "must be at most 1024 (0 = one per usable CPU)"),
             (self.server.max_connections == 0, "server", "max_connections", "must be at least 1"),
+            (
+                self.server.busy_poll.0 > Duration::from_millis(1),
+                "server",
+                "busy_poll",
+                "must be at most \"1ms\" (0 = off)",
+            ),
             (!(1..=MAX_THREADS).contains(&self.server.threads), "server", "threads", THREADS_RANGE),
             (!(1..=MAX_THREADS).contains(&self.server.max_threads), "server", "max_threads", THREADS_RANGE),
             (!(1..=MAX_THREADS).contains(&self.staged.read_threads), "staged", "read_threads", THREADS_RANGE),
@@ -1423,6 +1436,9 @@ mod tests {
         let c = parse("[server]\nmodel = \"staged\"\n[staged]\nsend_threads = 4\nqueue = 8\n").unwrap();
         assert_eq!((c.server.model, c.staged.threads(), c.staged.queue), (Model::Staged, [2, 2, 4, 1], 8));
         assert_eq!((Config::default().staged.threads(), Config::default().staged.queue), ([2, 2, 16, 1], 256));
+        assert_eq!(Config::default().server.busy_poll.0, Duration::from_micros(50));
+        assert_eq!(parse("[server]\nbusy_poll = \"200us\"\n").unwrap().server.busy_poll.0, Duration::from_micros(200));
+        assert_eq!(parse("[server]\nbusy_poll = 0\n").unwrap().server.busy_poll.0, Duration::ZERO);
         for (text, wanted) in [
             ("[server]\nthreads = 0\n", "line 2: server.threads: must be between 1 and 100000"),
             ("[staged]\nread_threads = 1\nhandle_threads = 0\n", "line 3: staged.handle_threads: must be between 1"),
@@ -1431,6 +1447,8 @@ mod tests {
             ("[staged]\n\nqueue = 0\n", "line 3: staged.queue: must be between 1 and 1000000"),
             ("[server]\nmax_threads = 0\n", "line 2: server.max_threads: must be between 1 and 100000"),
             ("[server]\ncpus = [4096]\n", "line 2: server.cpus: each must be a CPU number below 1024"),
+            ("[server]\n\nbusy_poll = \"2ms\"\n", "line 3: server.busy_poll: must be at most \"1ms\""),
+            ("[server]\nbusy_poll = \"50 us\"\n", "line 2"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(wanted), "{text:?}: {e}");

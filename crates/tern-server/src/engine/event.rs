@@ -30,6 +30,7 @@ use crate::metrics::Ending;
 use crate::shared::Shared;
 use crate::worker::{Doorbell, Watcher, Worker};
 
+use super::busy_poll::BusyPoll;
 use super::front::{self, Listening, WAKE};
 
 /// Connection `k` has token `2k` for its socket and `2k + 1` for its
@@ -91,6 +92,7 @@ pub fn run(
     let mut next_tick = w.now + TICK;
     let mut ending = Ending::Running;
     let mut rung = Vec::new();
+    let mut busy_poll = BusyPoll::new(shared.config.server.busy_poll.0);
 
     loop {
         // Connections rung for since the last wait (by this worker's own
@@ -117,7 +119,8 @@ pub fn run(
         if listening.pending() || doorbell.is_rung() {
             timeout = Duration::ZERO;
         }
-        if let Err(e) = poll.poll(&mut events, Some(timeout)) {
+        let had_events = !events.is_empty();
+        if let Err(e) = busy_poll.wait(&mut poll, &mut events, timeout, had_events) {
             if e.kind() != io::ErrorKind::Interrupted {
                 log!(Level::Error, "worker {index}: poll failed: {e}");
                 break;

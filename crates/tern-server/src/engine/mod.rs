@@ -6,7 +6,8 @@
 //! `Shared::worker` (lending its own `Watcher` for backend descriptors) and
 //! calls `Conn` with `&Shared` and that `Worker`.
 //!
-//! - `event.rs`: a reactor (epoll) per worker thread.
+//! - `event.rs`: a reactor (epoll) per worker thread; `busy_poll.rs`: how
+//!   it polls again before it sleeps.
 //! - `pool.rs`: fronts (epoll) accept and park idle connections; a fixed
 //!   set of threads serves those with work (`blocking.rs`).
 //! - `staged.rs`: the pool's fronts, and threads per stage (read, handle,
@@ -15,6 +16,7 @@
 //! - `front.rs`: starting threads, admission and counts, shared by all.
 
 pub mod blocking;
+pub mod busy_poll;
 pub mod event;
 pub mod front;
 pub mod per_request;
