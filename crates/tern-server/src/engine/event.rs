@@ -119,8 +119,12 @@ pub fn run(
         if listening.pending() || doorbell.is_rung() {
             timeout = Duration::ZERO;
         }
-        let had_events = !events.is_empty();
-        if let Err(e) = busy_poll.wait(&mut poll, &mut events, timeout, had_events) {
+        // Worth polling again for: the last turn had work, and clients other
+        // than the one just answered may send next. A single client's next
+        // request is a round trip away, so a worker holding one connection
+        // sleeps at once (3 system calls per keep-alive request).
+        let busy = !events.is_empty() && conns.len() > 1;
+        if let Err(e) = busy_poll.wait(&mut poll, &mut events, timeout, busy) {
             if e.kind() != io::ErrorKind::Interrupted {
                 log!(Level::Error, "worker {index}: poll failed: {e}");
                 break;
