@@ -8,8 +8,7 @@
 //! used and its wall time less the time they waited for a CPU (schedstat):
 //! on an idle machine that is the wall time, stalls included; on a machine busy with
 //! other work, waiting for a CPU is not the method's fault, but the CPU it
-//! needs is what the server will be short of. Sendfile is kept unless
-//! another method is well ahead ([`OVER_SENDFILE`]). A method's rate is the median
+//! needs is what the server will be short of. A method's rate is the median
 //! of its rounds, not the best: a slice lasts milliseconds, and a method
 //! whose rate swings (sendfile of large files here, 1.0-3.0 k/s against
 //! mmap's steadier 1.8-4.5 k/s) would otherwise win on one lucky slice.
@@ -102,26 +101,11 @@ pub fn run(
     Ok(choices)
 }
 
-/// How far ahead of `sendfile` another method's median must be to be
-/// chosen instead. The slices are milliseconds long, and a class's medians
-/// move by 10 % and more between start-ups: on the project's machine the
-/// 64 KiB class measured mmap 1.10x sendfile at one start (2026-11-27) in a
-/// run where sendfile then served 40 KiB files 1.18x faster than mmap,
-/// while at 1 MiB the calibration's lead for mmap (1.28x-1.43x) held up
-/// as 1.15x under load. Below the margin sendfile, the method that copies
-/// nothing, serves.
-const OVER_SENDFILE: f64 = 1.15;
-
-/// Each method's median rate over the `rounds` that ran, and the index of
-/// the one chosen: the highest, if it is [`OVER_SENDFILE`] ahead of
-/// sendfile, else sendfile.
+/// Each method's median rate over the `rounds` that ran, and the index
+/// of the highest.
 fn judge(rates: &[[f64; ROUNDS]; 3], rounds: usize) -> (usize, [f64; 3]) {
     let typical = rates.map(|r| median(&r[..rounds]));
     let best = (0..typical.len()).max_by(|&a, &b| typical[a].total_cmp(&typical[b])).unwrap_or(0);
-    let sendfile = index(IoMethod::Sendfile);
-    if typical[best] < typical[sendfile] * OVER_SENDFILE {
-        return (sendfile, typical);
-    }
     (best, typical)
 }
 
@@ -310,19 +294,6 @@ mod tests {
         assert_eq!(typical[index(IoMethod::Mmap)], 2_950.0);
         // One round: its rates as they are.
         assert_eq!(METHODS[judge(&r, 1).0], IoMethod::Mmap);
-    }
-
-    #[test]
-    fn sendfile_is_kept_unless_another_method_is_well_ahead() {
-        // mmap 1.10x sendfile (the 64 KiB class at one start-up): sendfile.
-        let r = rates([29_456.0; 5], [32_470.0; 5], [21_538.0; 5]);
-        assert_eq!(METHODS[judge(&r, 5).0], IoMethod::Sendfile);
-        // mmap 1.43x (the 1 MiB class, same start-up): mmap.
-        let r = rates([2_244.0; 5], [3_205.0; 5], [1_363.0; 5]);
-        assert_eq!(METHODS[judge(&r, 5).0], IoMethod::Mmap);
-        // read 1.2x: read.
-        let r = rates([1_000.0; 5], [1_100.0; 5], [1_200.0; 5]);
-        assert_eq!(METHODS[judge(&r, 5).0], IoMethod::Read);
     }
 
     #[test]

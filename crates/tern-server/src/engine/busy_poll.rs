@@ -7,15 +7,15 @@
 //! client's) and the reactor a context switch — and under load the next
 //! request is usually microseconds away. Measured on the 2-CPU host, two
 //! workers sharing CPU 0 and `wrk` on CPU 1 (1 KiB file, `wrk` the
-//! bottleneck): without it wrk woke a sleeping worker every ~21 requests,
-//! with it every ~45, and its rate rose 5–7 %. `sched_yield` between asks
+//! bottleneck): without it wrk woke a sleeping worker every ~17 requests,
+//! with it every ~30, and its rate rose 3–6 % (with 4 clients, 30 %). `sched_yield` between asks
 //! hands the CPU to a sibling that has work (two workers on one CPU)
 //! instead of spinning against it; alone on its CPU it returns at once.
 //!
 //! Linux's own `net.core.busy_poll` does this for the sockets of a network
 //! card's queues, not for loopback or an epoll set, so the reactor does it
 //! itself. The CPU it burns is paid for by work done ([`BusyPoll`]): an
-//! idle server sleeps, a sparse load costs a few per cent.
+//! idle server sleeps, a steady 40,000 requests/s cost 7 % more CPU.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -24,7 +24,7 @@ use mio::{Events, Poll};
 
 /// The share of its work a worker may spend spinning: 1/10. Measured with
 /// 1/2, 1/4, 1/10 and 1/20: at 1/10 a 40,000 req/s open-loop load costs
-/// ~5 % more server CPU than without spinning (1/2: 25 %), and saturation
+/// 5–7 % more server CPU than without spinning (1/2: 25 %), and saturation
 /// gains as much as with the larger shares.
 const SHARE: u32 = 10;
 
