@@ -243,15 +243,11 @@ start_server() {
 }
 
 # The default config measures its I/O methods at start (static.io = "auto"):
-# wait for the decision (at most 5 s) and keep it, as the status page says it.
+# wait for the decision (wait_calibrated) and keep it, as the status page says it.
 save_io_decision() {
-    local i
-    for i in $(seq 1 50); do
-        curl -s -m 2 "http://127.0.0.1:$PORT/_tern/status" >"$RUNDIR/status.json" 2>/dev/null || true
-        python3 -c 'import json,sys; io=json.load(open(sys.argv[1]))["io"]; json.dump(io, open(sys.argv[2], "w")); sys.exit(io["source"] == "calibrating")' \
-            "$RUNDIR/status.json" "$RUNDIR/io.json" 2>/dev/null && break
-        sleep 0.1
-    done
+    wait_calibrated "http://127.0.0.1:$PORT" "$RUNDIR/status.json" || true
+    python3 -c 'import json,sys; json.dump(json.load(open(sys.argv[1]))["io"], open(sys.argv[2], "w"))' \
+        "$RUNDIR/status.json" "$RUNDIR/io.json" 2>/dev/null || true
     bench_log "tern-default: static.io decision: $(python3 -c 'import json,sys; io=json.load(open(sys.argv[1])); print(io["source"], "; ".join(c["class"] + " " + c["method"] for c in io["classes"]))' "$RUNDIR/io.json" 2>/dev/null || echo unknown)"
 }
 

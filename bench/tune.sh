@@ -121,11 +121,7 @@ for which in default tuned; do
     BENCH_PIDS+=("${PID[$which]}")
     wait_http "http://127.0.0.1:${PORT[$which]}/1k.bin" "${PID[$which]}" 20 || bench_die "tern ($which) did not start"
     # Until its start-up calibration (if any) has decided.
-    for _ in $(seq 1 100); do
-        curl -s "http://127.0.0.1:${PORT[$which]}/_tern/status" >"$OUT/$which-status-before.json"
-        grep -q '"source": *"calibrating"' "$OUT/$which-status-before.json" || break
-        sleep 0.1
-    done
+    wait_calibrated "http://127.0.0.1:${PORT[$which]}" "$OUT/$which-status-before.json" || true
     python3 -c 'import json, sys; io = json.load(open(sys.argv[1]))["io"]
 print(sys.argv[2] + ": static.io " + io["mode"] + ", " + io["source"] + ": " + ", ".join(c["class"] + " " + c["method"] for c in io["classes"]))' \
         "$OUT/$which-status-before.json" "$which" | tee -a "$OUT/machine.txt" >&2
