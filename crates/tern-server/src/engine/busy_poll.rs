@@ -8,9 +8,10 @@
 //! request is usually microseconds away. Measured on the 2-CPU host, two
 //! workers sharing CPU 0 and `wrk` on CPU 1 (1 KiB file, `wrk` the
 //! bottleneck): without it wrk woke a sleeping worker every ~17 requests,
-//! with it every ~30, and its rate rose 3–6 % (with 4 clients, 30 %). `sched_yield` between asks
-//! hands the CPU to a sibling that has work (two workers on one CPU)
-//! instead of spinning against it; alone on its CPU it returns at once.
+//! with it every ~30, and its rate rose 3–6 % (with 4 clients, 30 %).
+//! `sched_yield` between asks hands the CPU to a sibling that has work (two
+//! workers on one CPU) instead of spinning against it; alone on its CPU it
+//! returns at once.
 //!
 //! Linux's own `net.core.busy_poll` does this for the sockets of a network
 //! card's queues, not for loopback or an epoll set, so the reactor does it
@@ -98,12 +99,11 @@ impl BusyPoll {
         }
         let start = Instant::now();
         let spin = if timeout.is_zero() { Duration::ZERO } else { self.spin_for(start, busy) };
-        let mut result = self.spin(poll, events, start, spin);
-        if matches!(result, Ok(false)) {
-            result = poll.poll(events, Some(timeout.saturating_sub(start.elapsed()))).map(|()| true);
+        if !self.spin(poll, events, start, spin)? {
+            poll.poll(events, Some(timeout.saturating_sub(start.elapsed())))?;
         }
         self.woke = Instant::now();
-        result.map(drop)
+        Ok(())
     }
 
     /// Polls without blocking until something is ready or `spin` has
