@@ -8,7 +8,7 @@
 //! request is usually microseconds away. Measured on the 2-CPU host, two
 //! workers sharing CPU 0 and `wrk` on CPU 1 (1 KiB file, `wrk` the
 //! bottleneck): without it wrk woke a sleeping worker every ~17 requests,
-//! with it every ~30, and its rate rose 3–6 % (with 4 clients, 30 %).
+//! with it every ~30, and its rate rose 2–5 % (with 4 clients, 30 %).
 //! `sched_yield` between asks hands the CPU to a sibling that has work (two
 //! workers on one CPU) instead of spinning against it; alone on its CPU it
 //! returns at once.
