@@ -270,13 +270,13 @@ fn schedstat(path: &str) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{judge, representative};
+    use super::{judge, representative, ROUNDS};
     use crate::config::IoMethod;
     use crate::static_io::{index, METHODS};
 
     /// Rates in `METHODS` order from (sendfile, mmap, read) rounds.
-    fn rates(sendfile: [f64; 5], mmap: [f64; 5], read: [f64; 5]) -> [[f64; 5]; 3] {
-        let mut r = [[0.0; 5]; 3];
+    fn rates(sendfile: [f64; ROUNDS], mmap: [f64; ROUNDS], read: [f64; ROUNDS]) -> [[f64; ROUNDS]; 3] {
+        let mut r = [[0.0; ROUNDS]; 3];
         r[index(IoMethod::Sendfile)] = sendfile;
         r[index(IoMethod::Mmap)] = mmap;
         r[index(IoMethod::Read)] = read;
