@@ -385,6 +385,21 @@ impl Conn {
             // For a FastCGI connection left watched for this one.
             None => self.link_quiet = false,
         }
+        self.proceed(shared, w)
+    }
+
+    /// Rung for on the reactor's doorbell: a pooled FastCGI connection
+    /// granted to the request waiting for one, or this connection's own
+    /// turn again after it sent its `sendfile_max_chunk`. Unlike an event
+    /// on the second descriptor, it says nothing about a kept link.
+    pub fn on_rung(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
+        if let Some(b) = self.backend.as_mut() {
+            b.job.on_ready(true, false, false);
+        }
+        self.proceed(shared, w)
+    }
+
+    fn proceed(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
         if self.waiting.is_some() {
             if let Some(status) = self.resume(shared, w) {
                 return status;

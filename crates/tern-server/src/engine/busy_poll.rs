@@ -49,8 +49,6 @@ const BACKOFF_MAX: u32 = 1024;
 pub struct BusyPoll {
     budget: Duration,
     credit: Duration,
-    /// When the last wait ended.
-    woke: Instant,
     /// Busy turns still to skip before spinning again.
     skip: u32,
     /// The back-off after the next spin that finds nothing.
@@ -60,14 +58,14 @@ pub struct BusyPoll {
 impl BusyPoll {
     /// A budget of zero turns it off.
     pub fn new(budget: Duration) -> BusyPoll {
-        BusyPoll { budget, credit: Duration::ZERO, woke: Instant::now(), skip: 0, next_skip: 1 }
+        BusyPoll { budget, credit: Duration::ZERO, skip: 0, next_skip: 1 }
     }
 
-    /// Earns the credit of the turn that ends at `now`; returns how long
+    /// Earns the credit of the turn from `woke` to `now`; returns how long
     /// the coming wait may spin: after a busy turn, unless backing off, the
     /// credit, at most the budget.
-    fn spin_for(&mut self, now: Instant, busy: bool) -> Duration {
-        let worked = now.saturating_duration_since(self.woke);
+    fn spin_for(&mut self, woke: Instant, now: Instant, busy: bool) -> Duration {
+        let worked = now.saturating_duration_since(woke);
         self.credit = (self.credit + worked / SHARE).min(self.budget * CREDIT_MAX);
         if !busy {
             return Duration::ZERO;
@@ -91,18 +89,26 @@ impl BusyPoll {
     }
 
     /// Waits for events like `poll.poll(events, Some(timeout))`, spinning
-    /// first when it may. `busy`: the last turn had work worth polling
-    /// again for (the caller's judgement).
-    pub fn wait(&mut self, poll: &mut Poll, events: &mut Events, timeout: Duration, busy: bool) -> io::Result<()> {
+    /// first when it may. `woke`: when the last wait ended (the worker's
+    /// clock, read right after it), so the turn since is the work done.
+    /// `busy`: the last turn had work worth polling again for (the
+    /// caller's judgement).
+    pub fn wait(
+        &mut self,
+        poll: &mut Poll,
+        events: &mut Events,
+        timeout: Duration,
+        woke: Instant,
+        busy: bool,
+    ) -> io::Result<()> {
         if self.budget.is_zero() {
             return poll.poll(events, Some(timeout));
         }
         let start = Instant::now();
-        let spin = if timeout.is_zero() { Duration::ZERO } else { self.spin_for(start, busy) };
+        let spin = if timeout.is_zero() { Duration::ZERO } else { self.spin_for(woke, start, busy) };
         if !self.spin(poll, events, start, spin)? {
             poll.poll(events, Some(timeout.saturating_sub(start.elapsed())))?;
         }
-        self.woke = Instant::now();
         Ok(())
     }
 
@@ -138,36 +144,37 @@ mod tests {
     fn a_worker_spins_for_a_tenth_of_its_work_at_most_the_budget() {
         let budget = Duration::from_micros(50);
         let mut b = BusyPoll::new(budget);
-        let t0 = b.woke;
+        let t0 = Instant::now();
+        let us = Duration::from_micros;
         // 100 µs of work earns 10 µs of spinning.
-        assert_eq!(b.spin_for(t0 + Duration::from_micros(100), true), Duration::from_micros(10));
+        assert_eq!(b.spin_for(t0, t0 + us(100), true), us(10));
         // A turn not busy earns but does not spin.
-        b.woke = t0 + Duration::from_micros(100);
-        assert_eq!(b.spin_for(t0 + Duration::from_micros(200), false), Duration::ZERO);
+        assert_eq!(b.spin_for(t0 + us(100), t0 + us(200), false), Duration::ZERO);
         assert_eq!(b.credit, Duration::from_micros(20));
         // A long busy spell: at most the budget per wait, and at most four
         // budgets saved.
-        b.woke = t0;
-        assert_eq!(b.spin_for(t0 + Duration::from_secs(1), true), budget);
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(b.spin_for(t0, t1, true), budget);
         assert_eq!(b.credit, budget * CREDIT_MAX);
-        assert_eq!(BusyPoll::new(Duration::ZERO).spin_for(t0 + Duration::from_secs(1), true), Duration::ZERO);
+        assert_eq!(BusyPoll::new(Duration::ZERO).spin_for(t0, t1, true), Duration::ZERO);
     }
 
     #[test]
     fn spins_that_find_nothing_back_off_until_one_finds_something() {
         let mut b = BusyPoll::new(Duration::from_micros(50));
-        let t = b.woke + Duration::from_secs(1);
+        let woke = Instant::now();
+        let t = woke + Duration::from_secs(1);
         // Misses: skip 1 busy turn, then 2, then 4; other turns do not count.
         for skip in [1, 2, 4] {
             b.record(false);
-            assert_eq!(b.spin_for(t, false), Duration::ZERO);
+            assert_eq!(b.spin_for(woke, t, false), Duration::ZERO);
             for _ in 0..skip {
-                assert_eq!(b.spin_for(t, true), Duration::ZERO);
+                assert_eq!(b.spin_for(woke, t, true), Duration::ZERO);
             }
-            assert!(b.spin_for(t, true) > Duration::ZERO);
+            assert!(b.spin_for(woke, t, true) > Duration::ZERO);
         }
         b.record(true);
-        assert!(b.spin_for(t, true) > Duration::ZERO && b.spin_for(t, true) > Duration::ZERO);
+        assert!(b.spin_for(woke, t, true) > Duration::ZERO && b.spin_for(woke, t, true) > Duration::ZERO);
         for _ in 0..40 {
             b.record(false);
         }
@@ -190,7 +197,7 @@ mod tests {
         // sleeps out the rest of the timeout.
         b.credit = Duration::from_millis(20);
         let start = Instant::now();
-        b.wait(&mut poll, &mut events, Duration::from_millis(60), true).unwrap();
+        b.wait(&mut poll, &mut events, Duration::from_millis(60), Instant::now(), true).unwrap();
         assert!(events.is_empty());
         assert!(start.elapsed() >= Duration::from_millis(59), "{:?}", start.elapsed());
         assert!(b.credit < Duration::from_millis(1), "{:?} left", b.credit);
@@ -199,7 +206,6 @@ mod tests {
         // A request sent while the worker spins is found by the spin, which
         // takes from the credit only the time it lasted.
         b.credit = Duration::from_millis(80);
-        b.woke = Instant::now();
         b.skip = 0;
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(5));
@@ -207,7 +213,7 @@ mod tests {
             client
         });
         let start = Instant::now();
-        b.wait(&mut poll, &mut events, Duration::from_secs(5), true).unwrap();
+        b.wait(&mut poll, &mut events, Duration::from_secs(5), Instant::now(), true).unwrap();
         assert_eq!(events.iter().map(|e| e.token()).collect::<Vec<_>>(), [mio::Token(7)]);
         assert!(start.elapsed() < Duration::from_millis(20), "found by the spin, not after a sleep");
         assert!(b.credit > Duration::from_millis(60), "{:?} left", b.credit);

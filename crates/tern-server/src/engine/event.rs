@@ -105,7 +105,7 @@ pub fn run(
             // A key rung for a connection that ended since may name a
             // new one: it is driven for nothing, which does no harm.
             if let Some(conn) = conns.get_mut(key) {
-                let status = front::guarded(&mut w, conn, |c, w| c.on_backend_ready(shared, w, true, false, false));
+                let status = front::guarded(&mut w, conn, |c, w| c.on_rung(shared, w));
                 settle(shared, &mut w, &poll, &mut conns, key, status, ending);
             }
         }
@@ -124,7 +124,7 @@ pub fn run(
         // request is a round trip away, so a worker holding one connection
         // sleeps at once (3 system calls per keep-alive request).
         let busy = !events.is_empty() && conns.len() > 1;
-        if let Err(e) = busy_poll.wait(&mut poll, &mut events, timeout, busy) {
+        if let Err(e) = busy_poll.wait(&mut poll, &mut events, timeout, w.now, busy) {
             if e.kind() != io::ErrorKind::Interrupted {
                 log!(Level::Error, "worker {index}: poll failed: {e}");
                 break;
