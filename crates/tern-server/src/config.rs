@@ -906,7 +906,7 @@ pub struct FastCgiBackend {
     #[serde(default)]
     pub root: Option<PathBuf>,
     /// Connections open at once (the pool's size); a request past it waits
-    /// in a FIFO. Default 8.
+    /// in a queue (`site/fastcgi/pool.rs`). Default 8.
     #[serde(default = "default_fastcgi_connections")]
     pub max_connections: NonZero,
     /// Keep connections open between requests (`FCGI_KEEP_CONN`).

@@ -1,5 +1,5 @@
 //! One backend's connections, shared by all workers: idle kept-alive
-//! connections, a count of open ones never past the cap, and a FIFO of
+//! connections, a count of open ones never past the cap, and a queue of
 //! requests waiting for one.
 //!
 //! A waiting request holds a [`Ticket`]; whoever frees a connection (on
