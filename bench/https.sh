@@ -18,13 +18,17 @@
 # measured with wrk and with tern bench (same connections, threads and
 # duration), the runs interleaved per row so noise from other work on the
 # machine is shared, and reported side by side with the ratios tern/nginx,
-# tern/h2o and tern bench/wrk.
+# tern/h2o and tern bench/wrk. Each row is measured REPS times, the servers'
+# order and which tool goes first rotating from one repetition to the next,
+# and the median is reported (one run of a server that is the bottleneck
+# moves by 5-15 % from one minute to the next on the 2-CPU host).
 # Then testssl.sh (Debian package testssl.sh) runs against tern with the
 # default [tls] settings; findings rated above LOW or "NOT ok" are listed.
 # By default the servers are pinned to CPU 0 and the load generators to CPU 1.
 #
 # Usage: bench/https.sh [options]      (each option also has an env variable)
 #   -d, --duration S      seconds per run                    DUR=5
+#   -r, --reps N          runs per row, server and tool      REPS=3
 #   -c, --connections N   connections (keep-alive rows)      CONNS=32
 #       --hs-connections N connections (handshake row)       HS_CONNS=8
 #   -w, --workers N       server workers                     WORKERS=1
@@ -45,6 +49,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/bench/lib/common.sh"
 
 DUR=${DUR:-5}
+REPS=${REPS:-3}
 CONNS=${CONNS:-32}
 HS_CONNS=${HS_CONNS:-8}
 WORKERS=${WORKERS:-1}
@@ -63,10 +68,10 @@ while [[ $# -gt 0 ]]; do
         --keys) KEYS=$2; shift 2 ;;
         --rows) ROWS=$2; shift 2 ;;
         --no-testssl) NO_TESTSSL=1; shift ;;
-        *) bench_option "duration connections workers servers no-pin skip-build" "$@"; shift "$BENCH_SHIFT" ;;
+        *) bench_option "duration reps connections workers servers no-pin skip-build" "$@"; shift "$BENCH_SHIFT" ;;
     esac
 done
-for v in DUR CONNS HS_CONNS WORKERS; do
+for v in DUR REPS CONNS HS_CONNS WORKERS; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || bench_die "$v must be a positive integer (got '${!v}')"
 done
 IFS=, read -r -a KEY_LIST <<<"$KEYS"
@@ -245,7 +250,7 @@ run_bench() {
 }
 
 RESULTS=$OUT/results.tsv
-printf 'key\trow\tserver\twrk_rps\ttern_bench_rps\n' >"$RESULTS"
+printf 'key\trow\tserver\trep\twrk_rps\ttern_bench_rps\n' >"$RESULTS"
 {
     printf 'date\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
     printf 'git_commit\t%s\n' "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -254,8 +259,8 @@ printf 'key\trow\tserver\twrk_rps\ttern_bench_rps\n' >"$RESULTS"
     printf 'nginx\t%s\n' "$(nginx -v 2>&1 | head -n1)"
     printf 'h2o\t%s\n' "$(h2o --version 2>&1 | head -n1)"
     printf 'openssl\t%s\n' "$(openssl version)"
-    printf 'settings\tduration %ss, %s connections (handshakes: %s), %s worker(s), pinning %s, rows %s, servers %s\n' \
-        "$DUR" "$CONNS" "$HS_CONNS" "$WORKERS" "$( ((${#SERVER_PIN[@]})) && echo on || echo off)" "$ROWS" "$SERVERS"
+    printf 'settings\t%s runs of %ss, %s connections (handshakes: %s), %s worker(s), pinning %s, rows %s, servers %s\n' \
+        "$REPS" "$DUR" "$CONNS" "$HS_CONNS" "$WORKERS" "$( ((${#SERVER_PIN[@]})) && echo on || echo off)" "$ROWS" "$SERVERS"
 } >"$OUT/meta.tsv"
 
 declare -A TERN_STATUS=()
@@ -276,18 +281,31 @@ for kind in "${KEY_LIST[@]}"; do
             handshakes) path=/1k.bin conns=$HS_CONNS hs=1 resume=0 ;;
             resumed) path=/1k.bin conns=$HS_CONNS hs=2 ;;
         esac
-        for s in "${SERVER_LIST[@]}"; do
-            bench_log "$kind $row $s"
-            port=${PORTS[$s-$resume]} counts=
-            [[ $s == tern ]] && ((hs)) && counts=$(tern_handshakes "$resume")
-            w=$(run_wrk "$port" "$path" "$conns" "$hs")
-            [[ -n $counts ]] && counts="$counts $(tern_handshakes "$resume")"
-            b=$(run_bench "$port" "$path" "$conns" "$hs")
-            if [[ -n $counts ]]; then
-                read -r f0 r0 f1 r1 f2 r2 <<<"$counts $(tern_handshakes "$resume")"
-                bench_log "tern's handshakes (full, resumed): wrk $((f1 - f0)), $((r1 - r0)); tern bench $((f2 - f1)), $((r2 - r1))"
-            fi
-            printf '%s\t%s\t%s\t%s\t%s\n' "$kind" "$row" "$s" "${w:-0}" "${b:-0}" >>"$RESULTS"
+        for ((rep = 0; rep < REPS; rep++)); do
+            n=${#SERVER_LIST[@]}
+            for ((i = 0; i < n; i++)); do
+                s=${SERVER_LIST[(i + rep) % n]}
+                bench_log "$kind $row $s (run $((rep + 1)) of $REPS)"
+                port=${PORTS[$s-$resume]} counts= w= b=
+                [[ $s == tern ]] && ((hs)) && counts=$(tern_handshakes "$resume")
+                # Which tool goes first alternates between runs.
+                tools=(wrk "tern bench")
+                ((rep % 2)) && tools=("tern bench" wrk)
+                for tool in "${tools[@]}"; do
+                    if [[ $tool == wrk ]]; then
+                        w=$(run_wrk "$port" "$path" "$conns" "$hs")
+                    else
+                        b=$(run_bench "$port" "$path" "$conns" "$hs")
+                    fi
+                    [[ -n $counts ]] && counts="$counts $(tern_handshakes "$resume")"
+                done
+                if [[ -n $counts ]]; then
+                    # Counts before, between and after the two tools' runs.
+                    read -r f0 r0 f1 r1 f2 r2 <<<"$counts"
+                    bench_log "tern's handshakes (full, resumed): ${tools[0]} $((f1 - f0)), $((r1 - r0)); ${tools[1]} $((f2 - f1)), $((r2 - r1))"
+                fi
+                printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$row" "$s" "$rep" "${w:-0}" "${b:-0}" >>"$RESULTS"
+            done
         done
     done
     for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -297,13 +315,20 @@ done
 printf 'loadavg_end\t%s\n' "$(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/meta.tsv"
 
 python3 - "$RESULTS" <<'EOF'
-import csv, sys
+import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
-table = {}
+runs = {}
 for r in rows:
-    table.setdefault((r["key"], r["row"]), {})[r["server"]] = (float(r["wrk_rps"] or 0), float(r["tern_bench_rps"] or 0))
+    runs.setdefault((r["key"], r["row"]), {}).setdefault(r["server"], ([], []))
+    w, b = runs[(r["key"], r["row"])][r["server"]]
+    w.append(float(r["wrk_rps"] or 0))
+    b.append(float(r["tern_bench_rps"] or 0))
+# Medians of the runs.
+table = {k: {s: (statistics.median(w), statistics.median(b)) for s, (w, b) in v.items()} for k, v in runs.items()}
 def ratio(a, b):
     return f"{a / b:.2f}" if b else "-"
+print(f"Medians of {len(next(iter(next(iter(runs.values())).values()))[0])} runs.")
+print()
 print("| key | row | tool | nginx req/s | h2o req/s | tern req/s | tern/nginx | tern/h2o |")
 print("|---|---|---|---:|---:|---:|---:|---:|")
 for (key, row), s in table.items():
@@ -311,11 +336,12 @@ for (key, row), s in table.items():
         n, h, t = (s.get(x, (0, 0))[i] for x in ("nginx", "h2o", "tern"))
         print(f"| {key} | {row} | {tool} | {n:.0f} | {h:.0f} | {t:.0f} | {ratio(t, n)} | {ratio(t, h)} |")
 print()
-print("| key | row | server | tern bench / wrk |")
-print("|---|---|---|---:|")
+print("| key | row | server | tern bench / wrk | wrk runs | tern bench runs |")
+print("|---|---|---|---:|---|---|")
 for (key, row), s in table.items():
     for server, (w, b) in s.items():
-        print(f"| {key} | {row} | {server} | {ratio(b, w)} |")
+        ws, bs = (", ".join(f"{x:.0f}" for x in xs) for xs in runs[(key, row)][server])
+        print(f"| {key} | {row} | {server} | {ratio(b, w)} | {ws} | {bs} |")
 EOF
 
 if [[ $NO_TESTSSL != 1 ]]; then
