@@ -848,6 +848,9 @@ impl Conn {
     /// close the FastCGI connection).
     fn end_backend(&mut self, w: &mut Worker<'_>, abandon: bool) -> Box<Backend> {
         let mut b = self.backend.take().expect("a backend to end");
+        // Saturating: a connection may end on another thread than the
+        // one it started on (the count only steers busy polling).
+        w.backend_jobs = w.backend_jobs.saturating_sub(1);
         self.link_quiet = b.job.end(w, abandon);
         b
     }
@@ -1203,6 +1206,7 @@ impl Conn {
             log!(Level::Error, "cannot watch a backend's descriptor: {err}");
         }
         let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
+        w.backend_jobs += 1;
         self.backend = Some(Box::new(Backend {
             job,
             request_line: req.request_line.to_string(),

@@ -233,6 +233,9 @@ pub struct Worker<'s> {
     /// requests (kept by `Conn` as its clock changes and as it moves between
     /// threads; a front publishes it for `room.rs`).
     pub idle: usize,
+    /// Connections this worker holds whose answer a backend (FastCGI, CGI)
+    /// is making: while any is, its reactor does not busy-poll.
+    pub backend_jobs: usize,
     /// The I/O pool, lent only by an engine whose thread must never wait
     /// for a disk (a reactor); `None`: opens and reads happen in place.
     pub offload: Option<&'s Offload>,
@@ -269,6 +272,7 @@ impl<'s> Worker<'s> {
             reaper: Reaper::new(config.cgi.kill_group),
             listeners: Vec::new(),
             idle: 0,
+            backend_jobs: 0,
             offload: None,
             resolved: None,
             settling: Settling::default(),

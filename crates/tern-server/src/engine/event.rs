@@ -122,8 +122,11 @@ pub fn run(
         // Worth polling again for: the last turn had work, and clients other
         // than the one just answered may send next. A single client's next
         // request is a round trip away, so a worker holding one connection
-        // sleeps at once (3 system calls per keep-alive request).
-        let busy = !events.is_empty() && conns.len() > 1;
+        // sleeps at once (3 system calls per keep-alive request). Nor while
+        // a backend makes an answer: the next event is likely its output,
+        // from a process on this machine (php-fpm, a CGI program) that
+        // needs the CPU a spin would take.
+        let busy = !events.is_empty() && conns.len() > 1 && w.backend_jobs == 0;
         if let Err(e) = busy_poll.wait(&mut poll, &mut events, timeout, w.now, busy) {
             if e.kind() != io::ErrorKind::Interrupted {
                 log!(Level::Error, "worker {index}: poll failed: {e}");
