@@ -101,6 +101,13 @@ pub struct Server {
     /// request usually finds it awake; backs off while polls find nothing.
     /// 0 = sleep at once; at most `"1ms"`. Default `"50us"`.
     pub busy_poll: Seconds,
+    /// How long the kernel holds a new connection before waking a worker
+    /// for it while the client has sent nothing (`TCP_DEFER_ACCEPT`): a
+    /// connection is accepted with its request (or TLS hello) in hand, one
+    /// wake-up fewer per connection, and one that stays silent is held by
+    /// the kernel, not a worker, until then. 0 = wake at the handshake;
+    /// whole seconds, at most `"60s"`. Default `"1s"`.
+    pub defer_accept: Seconds,
 }
 
 impl Default for Server {
@@ -123,6 +130,7 @@ impl Default for Server {
             group: String::new(),
             reload_drain_timeout: Seconds(Duration::ZERO),
             busy_poll: Seconds(Duration::from_micros(50)),
+            defer_accept: Seconds(Duration::from_secs(1)),
         }
     }
 }
@@ -1281,6 +1289,12 @@ impl Config {
                 "busy_poll",
                 "must be at most \"1ms\" (0 = off)",
             ),
+            (
+                self.server.defer_accept.0.subsec_nanos() != 0 || self.server.defer_accept.0 > Duration::from_secs(60),
+                "server",
+                "defer_accept",
+                "must be whole seconds, at most \"60s\" (0 = off)",
+            ),
             (!(1..=MAX_THREADS).contains(&self.server.threads), "server", "threads", THREADS_RANGE),
             (!(1..=MAX_THREADS).contains(&self.server.max_threads), "server", "max_threads", THREADS_RANGE),
             (!(1..=MAX_THREADS).contains(&self.staged.read_threads), "staged", "read_threads", THREADS_RANGE),
@@ -1437,6 +1451,8 @@ mod tests {
         assert_eq!((c.server.model, c.staged.threads(), c.staged.queue), (Model::Staged, [2, 2, 4, 1], 8));
         assert_eq!((Config::default().staged.threads(), Config::default().staged.queue), ([2, 2, 16, 1], 256));
         assert_eq!(Config::default().server.busy_poll.0, Duration::from_micros(50));
+        assert_eq!(Config::default().server.defer_accept.0, Duration::from_secs(1));
+        assert_eq!(parse("[server]\ndefer_accept = 0\n").unwrap().server.defer_accept.0, Duration::ZERO);
         assert_eq!(parse("[server]\nbusy_poll = \"200us\"\n").unwrap().server.busy_poll.0, Duration::from_micros(200));
         assert_eq!(parse("[server]\nbusy_poll = 0\n").unwrap().server.busy_poll.0, Duration::ZERO);
         for (text, wanted) in [
@@ -1449,6 +1465,11 @@ mod tests {
             ("[server]\ncpus = [4096]\n", "line 2: server.cpus: each must be a CPU number below 1024"),
             ("[server]\n\nbusy_poll = \"2ms\"\n", "line 3: server.busy_poll: must be at most \"1ms\""),
             ("[server]\nbusy_poll = \"50 us\"\n", "line 2"),
+            ("[server]\ndefer_accept = \"500ms\"\n", "line 2: server.defer_accept: must be whole seconds"),
+            (
+                "[server]\n\ndefer_accept = \"2m\"\n",
+                "line 3: server.defer_accept: must be whole seconds, at most \"60s\"",
+            ),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(wanted), "{text:?}: {e}");

@@ -154,7 +154,8 @@ fn held_connection(tern: &Tern, root: &std::path::Path) -> TcpStream {
     s
 }
 
-/// Connects and reads until the server closes.
+/// Connects and reads until the server closes. It sends nothing: its
+/// server needs `server.defer_accept = 0` to see it at once.
 fn refused(tern: &Tern) -> Vec<u8> {
     let mut s = TcpStream::connect(tern.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -166,7 +167,12 @@ fn refused(tern: &Tern) -> Vec<u8> {
 #[test]
 fn every_answer_is_counted() {
     let site = common::site();
-    let tern = Tern::start(&site.root, "sendfile", "[server]\nmax_connections = 3\n[timeouts]\nheader = \"1s\"\n", &[]);
+    let tern = Tern::start(
+        &site.root,
+        "sendfile",
+        "[server]\nmax_connections = 3\ndefer_accept = 0\n[timeouts]\nheader = \"1s\"\n",
+        &[],
+    );
     let before = tern.status();
     let held: Vec<TcpStream> = (0..3).map(|_| held_connection(&tern, &site.root)).collect();
     for _ in 0..5 {
@@ -203,7 +209,7 @@ fn repeated_log_lines_are_rate_limited() {
     let site = common::site();
     let log = site.dir.path().join("error.log");
     let config = format!(
-        "[log]\naccess = \"off\"\nlevel = \"warn\"\nerror = \"{}\"\n[server]\nmax_connections = 1\n",
+        "[log]\naccess = \"off\"\nlevel = \"warn\"\nerror = \"{}\"\n[server]\nmax_connections = 1\ndefer_accept = 0\n",
         log.display()
     );
     let tern = Tern::start(&site.root, "sendfile", &config, &[]);

@@ -88,6 +88,27 @@ fn idle_keepalive_and_silent_connections_are_closed() {
 }
 
 #[test]
+fn a_silent_connection_reaches_a_worker_only_when_it_speaks() {
+    // `server.defer_accept` (default 1 s): the kernel holds a connection
+    // until its first bytes; with 0 a worker takes it at the handshake.
+    let site = common::site();
+    let deferred = Tern::start(&site.root, "sendfile", "", &[]);
+    let at_once = Tern::start(&site.root, "sendfile", "[server]\ndefer_accept = 0\n", &[]);
+    for (tern, silent_accepted) in [(&deferred, 0), (&at_once, 1)] {
+        let mut s = TcpStream::connect(tern.addr).unwrap();
+        // Well before the kernel's first SYN-ACK retransmission (1 s), which
+        // ends a deferral.
+        thread::sleep(Duration::from_millis(300));
+        // The status request's own connection is counted too.
+        assert_eq!(tern.status()["connections"]["accepted"], silent_accepted + 1);
+        s.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let (got, ended) = read_until_end(&mut s, Duration::from_secs(5));
+        assert_eq!(statuses(&got), [200]);
+        assert!(ended.is_some());
+    }
+}
+
+#[test]
 fn slow_body_is_timed_out_with_408() {
     let site = common::site();
     let tern = Tern::start(&site.root, "sendfile", "[timeouts]\nbody = \"1s\"\nbody_min_rate = 1000\n", &[]);
