@@ -104,6 +104,9 @@ impl Setup {
         } else {
             ServerSessionMemoryCache::new(tls.session_cache)
         };
+        // Tickets carry the session itself, or (without `tickets`) a key to
+        // it in the cache.
+        config.send_tls13_tickets = tls.tickets_per_handshake;
         if tls.tickets {
             config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().map_err(|e| format!("tls.tickets: {e}"))?;
         }

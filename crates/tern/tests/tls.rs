@@ -237,6 +237,27 @@ fn sessions_resume_with_the_cache_and_with_tickets() {
     assert!(tls["ktls"].as_str().unwrap().starts_with(if kernel_tls() { "offered" } else { "not available" }), "{tls}");
 }
 
+#[test]
+fn each_handshake_sends_the_configured_number_of_tickets() {
+    let site = common::site();
+    let (_ca, _ca_path, tls) = pki(site.dir.path());
+    let request = b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    for (setting, per_handshake) in [("", 1), ("tickets_per_handshake = 2\n", 2)] {
+        let tern = Tern::start(&site.root, "sendfile", &format!("{tls}{setting}"), &[]);
+        let addr = https_addr(&tern);
+        let sess = site.dir.path().join(format!("sess-{per_handshake}.pem"));
+        let sess = sess.to_str().unwrap();
+        let tickets =
+            |out: &str| out.lines().filter(|l| l.starts_with("<<<") && l.ends_with("NewSessionTicket")).count();
+        let full = s_client(addr, &["-tls1_3", "-msg", "-sess_out", sess, "-servername", "localhost"], request);
+        assert!(full.contains("New, TLSv1.3") && full.contains("HTTP/1.1 200 OK"), "{full}");
+        assert_eq!(tickets(&full), per_handshake, "{setting:?}, full handshake: {full}");
+        let resumed = s_client(addr, &["-tls1_3", "-msg", "-sess_in", sess, "-servername", "localhost"], request);
+        assert!(resumed.contains("Reused, TLSv1.3") && resumed.contains("HTTP/1.1 200 OK"), "{resumed}");
+        assert_eq!(tickets(&resumed), per_handshake, "{setting:?}, resumed handshake: {resumed}");
+    }
+}
+
 fn kernel_tls() -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
         .is_ok_and(|s| s.split_whitespace().any(|u| u == "tls"))
