@@ -159,7 +159,7 @@ impl Prepared {
         }
         for s in per_worker.iter().flatten() {
             sys::limit_unsent(s.as_fd(), config.limits.unsent_bytes.0)?;
-            sys::defer_accept(s.as_fd(), u32::try_from(config.server.defer_accept.0.as_secs()).unwrap_or(u32::MAX))?;
+            sys::defer_accept(s.as_fd(), config.server.defer_accept.0)?;
         }
         let prepared = Prepared { config, access, records, per_worker, addrs, tls };
         prepared.refuse_taken()?;

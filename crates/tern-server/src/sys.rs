@@ -70,20 +70,21 @@ pub fn limit_unsent(sock: BorrowedFd<'_>, bytes: u64) -> io::Result<()> {
     socket2::SockRef::from(&sock).set_tcp_notsent_lowat(u32::try_from(bytes).unwrap_or(u32::MAX))
 }
 
-/// Wakes the listener for a connection only once its first bytes arrived
-/// or `secs` seconds passed since its handshake (`TCP_DEFER_ACCEPT`;
-/// accepted connections need nothing); 0 wakes it at the handshake, also
-/// on a socket inherited from a reload.
-pub fn defer_accept(sock: BorrowedFd<'_>, secs: u32) -> io::Result<()> {
+/// Has the listening socket `sock` report a new connection only once its
+/// first bytes arrived or about `wait` (whole seconds) passed since its
+/// handshake (`TCP_DEFER_ACCEPT`, a property of the listener: nothing to
+/// do per connection). Zero reports it at the handshake, also on a socket
+/// inherited from a reload.
+pub fn defer_accept(sock: BorrowedFd<'_>, wait: std::time::Duration) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let value = libc::c_int::try_from(secs).unwrap_or(libc::c_int::MAX);
+    let secs = libc::c_int::try_from(wait.as_secs()).unwrap_or(libc::c_int::MAX);
     // SAFETY: an int option read through a valid pointer of its size.
     let rc = unsafe {
         libc::setsockopt(
             sock.as_raw_fd(),
             libc::IPPROTO_TCP,
             libc::TCP_DEFER_ACCEPT,
-            std::ptr::from_ref(&value).cast(),
+            std::ptr::from_ref(&secs).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
