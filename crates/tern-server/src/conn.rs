@@ -262,9 +262,7 @@ struct Unsent {
 
 impl Conn {
     pub fn new(key: usize, sock: TcpStream, peer: SocketAddr, w: &Worker<'_>) -> Conn {
-        // Responses leave in whole writes; Nagle would only add latency to
-        // a head sent ahead of a sendfile body.
-        let _ = sock.set_nodelay(true);
+        // TCP_NODELAY comes with the socket, from its listener (`server.rs`).
         let local = sock.local_addr().unwrap_or(peer);
         let st = &w.config.static_files;
         Conn {

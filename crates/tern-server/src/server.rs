@@ -158,6 +158,10 @@ impl Prepared {
             tls.bound(&addrs);
         }
         for s in per_worker.iter().flatten() {
+            // Inherited by every accepted connection (Linux): responses leave
+            // in whole writes, and Nagle would only delay a head sent ahead
+            // of a sendfile body.
+            s.set_tcp_nodelay(true)?;
             sys::limit_unsent(s.as_fd(), config.limits.unsent_bytes.0)?;
             sys::defer_accept(s.as_fd(), config.server.defer_accept.0)?;
         }

@@ -108,6 +108,58 @@ fn a_silent_connection_reaches_a_worker_only_when_it_speaks() {
     }
 }
 
+/// The server's descriptor for the connection whose client end is
+/// `client`, duplicated into this process (`pidfd_getfd`: the tests run as
+/// the server's user). Found by its ports in `/proc/net/tcp` and its inode
+/// among the server's descriptors.
+fn server_end(pid: i32, server: std::net::SocketAddr, client: &TcpStream) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // "sl local_address rem_address st … uid timeout inode": addresses as
+    // 8 hex digits of IPv4, a colon, 4 of the port.
+    let local = format!(":{:04X}", server.port());
+    let remote = format!(":{:04X}", client.local_addr().unwrap().port());
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let line = table.lines().find(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 9 && f[1].ends_with(&local) && f[2].ends_with(&remote)
+    });
+    let inode = line.expect("the server's end in /proc/net/tcp").split_whitespace().nth(9).unwrap().to_string();
+    let target = format!("socket:[{inode}]");
+    let fd: i32 = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_str() == Some(target.as_str())))
+        .expect("the server holds the connection")
+        .file_name()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // SAFETY: plain system calls on integers; each result is checked.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        assert!(pidfd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+        let dup = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        libc::close(pidfd);
+        assert!(dup >= 0, "pidfd_getfd: {}", std::io::Error::last_os_error());
+        std::os::fd::OwnedFd::from_raw_fd(dup)
+    }
+}
+
+#[test]
+fn accepted_connections_send_without_nagle_delays() {
+    // TCP_NODELAY is set on the listeners and inherited by each connection.
+    let site = common::site();
+    let tern = Tern::start(&site.root, "sendfile", "", &[]);
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let server_end = server_end(tern.pid(), tern.addr, &s);
+    assert!(socket2::SockRef::from(&server_end).tcp_nodelay().unwrap());
+}
+
 #[test]
 fn slow_body_is_timed_out_with_408() {
     let site = common::site();
