@@ -52,6 +52,7 @@
 pub mod plan;
 pub mod report;
 pub mod response;
+mod spin;
 pub mod stats;
 pub mod timeline;
 pub mod tls;

@@ -33,6 +33,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::plan::Plan;
 use super::response::{ResponseParser, MAX_LINE};
+use super::spin::Spin;
 use super::stats::{micros, ErrorClass, Stats, LATE_AFTER};
 use super::timeline::Row;
 use super::tls;
@@ -276,16 +277,21 @@ struct ThreadClock {
     waited: Option<Duration>,
 }
 
+/// How long the calling thread has been runnable without a CPU, when the
+/// kernel reports it (schedstat).
+fn run_delay() -> Option<Duration> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .map(Duration::from_nanos)
+}
+
 impl ThreadClock {
     fn now() -> ThreadClock {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: valid pointer to a timespec; the clock id is a constant.
         unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        let waited = std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
-            .map(Duration::from_nanos);
-        ThreadClock { cpu: Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32), waited }
+        ThreadClock { cpu: Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32), waited: run_delay() }
     }
 
     /// CPU used and time waited for a CPU since `earlier`.
@@ -301,6 +307,7 @@ impl ThreadClock {
 pub struct Worker<'a> {
     setup: Setup<'a>,
     poll: Poll,
+    spin: Spin,
     timer: Option<TimerFd>,
     conns: Vec<Conn>,
     free: Vec<usize>,
@@ -358,6 +365,7 @@ impl<'a> Worker<'a> {
         Ok(Worker {
             stats: Stats::new(setup.open.is_some(), setup.plan.requests.len()),
             free: Vec::with_capacity(setup.connections),
+            spin: Spin::new(!setup.keepalive),
             setup,
             poll,
             timer,
@@ -390,6 +398,7 @@ impl<'a> Worker<'a> {
             }
             if now >= next_tick {
                 self.tick(now);
+                self.spin.check(now, run_delay());
                 next_tick = now + TICK;
             }
             self.dispatch(now);
@@ -422,7 +431,7 @@ impl<'a> Worker<'a> {
                 }
             }
             let sleep = wake.saturating_duration_since(now);
-            match self.poll.poll(&mut events, Some(sleep)) {
+            match self.spin.wait(&mut self.poll, &mut events, sleep, self.inflight_total > 0) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
