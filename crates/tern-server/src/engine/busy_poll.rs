@@ -1,6 +1,9 @@
 //! Polling again before sleeping (`server.busy_poll`): after a turn that
 //! had work, a reactor asks epoll for more without blocking, yielding the
-//! CPU between asks, for up to the budget before it goes to sleep.
+//! CPU between asks, for up to the budget before it goes to sleep. What
+//! counts as work worth polling again for is the engine's call: the event
+//! engine does not spin for a single connection, nor while a backend
+//! (php-fpm, a CGI program) makes an answer on the same CPUs.
 //!
 //! Why: a reactor that sleeps must be woken by whoever sends it the next
 //! request — a wake-up that costs the sender's CPU (on one machine, the
