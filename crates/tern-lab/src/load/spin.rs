@@ -10,7 +10,7 @@
 //! worker on CPU 0, resumed TLS 1.3 handshakes, 8 connections, the generator
 //! on CPU 1, 41–47 % busy): nginx spent 226 µs of CPU per connection under
 //! a sleeping tern bench and 198 µs under `wrk`, and rated tern bench 0.94×
-//! `wrk`; polling for up to 300 µs, 1.04×.
+//! `wrk`; polling for up to 1 ms, 0.97–1.01×.
 //!
 //! Only while the thread has its CPU to itself: where it shares one with
 //! the server (no pinning), the time it polls is taken from the server —
@@ -25,8 +25,11 @@ use mio::{Events, Poll};
 
 /// The longest a wait polls before it sleeps. Measured against nginx as
 /// above: 100 µs covered too few of the gaps to change the rate, 300 µs
-/// and 1 ms did as well as each other.
-const BUDGET: Duration = Duration::from_micros(300);
+/// and 1 ms did as well as each other on resumed handshakes; on full RSA
+/// handshakes (a ~550 µs signature per connection) only 1 ms and 3 ms
+/// covered them (medians of 5: 300 µs 0.98×, 1 ms 1.03×, 3 ms 1.02×
+/// `wrk`).
+const BUDGET: Duration = Duration::from_millis(1);
 
 /// The share of a check's interval the thread may have waited for a CPU
 /// and still count as alone on it (1/20). Pinned beside the server it

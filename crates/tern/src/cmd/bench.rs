@@ -78,7 +78,7 @@ pub struct Args {
     pub warmup: Duration,
     /// One request per connection (sends Connection: close; the TCP
     /// handshake is then part of every request's latency). A thread alone
-    /// on its CPU then polls up to 300µs before sleeping, so a saturated
+    /// on its CPU then polls up to 1ms before sleeping, so a saturated
     /// server does not pay for waking it: expect its CPU near 100%.
     #[arg(long)]
     pub no_keepalive: bool,
