@@ -687,7 +687,9 @@ pub struct Limits {
     /// leave up to `fast_unsent_bytes` beyond what is in flight (with 0,
     /// up to the kernel's send-buffer limit, the last field of
     /// `net.ipv4.tcp_wmem`) in the kernel until it is cut off: only a
-    /// client that first read this much. Default `"1MiB"`.
+    /// client that first read this much. Plain HTTP only: over TLS the
+    /// client's CPU decrypts, and a connection keeps `unsent_bytes`.
+    /// Default `"1MiB"`.
     pub fast_reader_bytes: Bytes,
     /// Bytes per second a fast reader takes; a connection whose client
     /// takes less while a response waits for it (checked about once a

@@ -71,22 +71,6 @@ fn a_slow_reader_is_cut_by_what_it_acknowledged_not_what_was_buffered() {
     assert_eq!(tern.status()["timeouts"]["send"].as_u64(), Some(1));
 }
 
-/// Bytes the kernel holds to send on the IPv4 connection from `local` to
-/// `remote` (`tx_queue` of /proc/net/tcp: written, not yet acknowledged).
-fn send_queue(local: SocketAddr, remote: SocketAddr) -> Option<u64> {
-    let hex = |a: SocketAddr| match a {
-        SocketAddr::V4(v4) => format!("{:08X}:{:04X}", u32::from_le_bytes(v4.ip().octets()), v4.port()),
-        SocketAddr::V6(_) => unreachable!("IPv4 only"),
-    };
-    let (local, remote) = (hex(local), hex(remote));
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table.lines().find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        (f.get(1) == Some(&local.as_str()) && f.get(2) == Some(&remote.as_str()))
-            .then(|| u64::from_str_radix(f[4].split(':').next().unwrap(), 16).unwrap())
-    })
-}
-
 #[test]
 fn a_slow_reader_cannot_park_megabytes_in_the_kernel() {
     let site = common::site();
@@ -101,7 +85,8 @@ fn a_slow_reader_cannot_park_megabytes_in_the_kernel() {
         s.read_exact(&mut head).unwrap();
         assert_eq!(&head, b"HTTP/1.1 200");
         std::thread::sleep(Duration::from_millis(500));
-        let queued = send_queue(tern.addr, s.local_addr().unwrap()).expect("the server's socket in /proc/net/tcp");
+        let queued =
+            common::send_queue(tern.addr, s.local_addr().unwrap()).expect("the server's socket in /proc/net/tcp");
         // What is in flight (the reader's small window) and at most
         // limits.unsent_bytes (128 KiB) more; on loopback the kernel would
         // otherwise take about 3 MB for it at once.
@@ -169,7 +154,8 @@ fn a_fast_reader_gets_the_larger_unsent_bound_until_it_stops_reading() {
     fast.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     fast.read_exact(&mut buf[..16 * 1024]).unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let queued = send_queue(tern.addr, fast.local_addr().unwrap()).expect("the server's socket in /proc/net/tcp");
+    let queued =
+        common::send_queue(tern.addr, fast.local_addr().unwrap()).expect("the server's socket in /proc/net/tcp");
     assert!(queued > 512 * 1024, "only {queued} bytes queued for a proven fast reader");
     // ... until the once-a-second look finds it taking nothing: the bound
     // is given back.

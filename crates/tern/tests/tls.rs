@@ -598,3 +598,33 @@ fn records_are_sized_for_the_path_small_after_an_idle_moment_then_full() {
         full_after(&lengths, "busy");
     }
 }
+
+/// Over TLS the unsent bound (`limits.unsent_bytes`, 128 KiB) is never
+/// raised for a fast reader, as it is over plain HTTP
+/// (`slow_clients.rs`): the records queued beyond it would be sent by the
+/// client's acknowledgements, on the CPU the client decrypts with. A
+/// client that reads 24 MiB at loopback speed and then stops finds no
+/// more than the bound (and a round of records) held for it.
+#[test]
+fn a_fast_tls_reader_keeps_the_unsent_bound() {
+    let site = common::site();
+    std::fs::File::create(site.root.join("big.bin")).unwrap().set_len(8 << 20).unwrap();
+    std::fs::File::create(site.root.join("huge.bin")).unwrap().set_len(256 << 20).unwrap();
+    let (ca, _ca_path, tls) = pki(site.dir.path());
+    let tern = Tern::start(&site.root, "sendfile", &tls, &[]);
+    let addr = https_addr(&tern);
+    let mut conn = recorded(&ca, addr, None);
+    for _ in 0..3 {
+        let (response, _) = get_recorded(&mut conn, "/big.bin");
+        assert_eq!(response.len() - common::find(&response, b"\r\n\r\n").unwrap() - 4, 8 << 20);
+    }
+    assert_eq!(tern.status()["connections"]["fast_readers"].as_u64(), Some(0), "{}", tern.status());
+    conn.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    conn.flush().unwrap();
+    let mut buf = [0u8; 16 * 1024];
+    conn.read_exact(&mut buf).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let local = conn.sock.sock.local_addr().unwrap();
+    let queued = common::send_queue(addr, local).expect("the server's socket in /proc/net/tcp");
+    assert!(queued <= 256 * 1024, "{queued} bytes held in the kernel for a TLS reader that stopped reading");
+}
