@@ -15,8 +15,9 @@
 //! Only while the thread has its CPU to itself: where it shares one with
 //! the server (no pinning), the time it polls is taken from the server —
 //! measured, 8 % fewer requests from nginx with two workers on two CPUs. A
-//! run that keeps its connections open is left alone too: there the polls
-//! cost 8–9 % more generator CPU per request for a rate inside the noise.
+//! run that keeps its connections open is left alone too: there polling
+//! took tern bench's CPU per request above `wrk`'s (1.075–1.09×, from
+//! 0.86–0.93×) for a rate inside the noise.
 
 use std::io;
 use std::time::{Duration, Instant};
