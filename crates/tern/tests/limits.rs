@@ -110,20 +110,12 @@ fn a_silent_connection_reaches_a_worker_only_when_it_speaks() {
 
 /// The server's descriptor for the connection whose client end is
 /// `client`, duplicated into this process (`pidfd_getfd`: the tests run as
-/// the server's user). Found by its ports in `/proc/net/tcp` and its inode
+/// the server's user). Found by its addresses in `/proc/net/tcp` and its inode
 /// among the server's descriptors.
 fn server_end(pid: i32, server: std::net::SocketAddr, client: &TcpStream) -> std::os::fd::OwnedFd {
     use std::os::fd::FromRawFd;
-    // "sl local_address rem_address st … uid timeout inode": addresses as
-    // 8 hex digits of IPv4, a colon, 4 of the port.
-    let local = format!(":{:04X}", server.port());
-    let remote = format!(":{:04X}", client.local_addr().unwrap().port());
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let line = table.lines().find(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 9 && f[1].ends_with(&local) && f[2].ends_with(&remote)
-    });
-    let inode = line.expect("the server's end in /proc/net/tcp").split_whitespace().nth(9).unwrap().to_string();
+    let row = common::proc_tcp_row(server, client.local_addr().unwrap()).expect("the server's end in /proc/net/tcp");
+    let inode = &row[9];
     let target = format!("socket:[{inode}]");
     let fd: i32 = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()

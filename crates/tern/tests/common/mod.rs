@@ -227,20 +227,27 @@ pub fn statuses(response: &[u8]) -> Vec<u16> {
     out
 }
 
-/// Bytes the kernel holds to send on the IPv4 connection from `local` to
-/// `remote` (`tx_queue` of /proc/net/tcp: written, not yet acknowledged).
-pub fn send_queue(local: SocketAddr, remote: SocketAddr) -> Option<u64> {
+/// The fields of `/proc/net/tcp`'s row for the IPv4 socket from `local`
+/// to `remote` ("sl local_address rem_address st tx_queue:rx_queue … uid
+/// timeout inode"; addresses as 8 hex digits, a colon, 4 of the port).
+pub fn proc_tcp_row(local: SocketAddr, remote: SocketAddr) -> Option<Vec<String>> {
     let hex = |a: SocketAddr| match a {
         SocketAddr::V4(v4) => format!("{:08X}:{:04X}", u32::from_le_bytes(v4.ip().octets()), v4.port()),
         SocketAddr::V6(_) => unreachable!("IPv4 only"),
     };
     let (local, remote) = (hex(local), hex(remote));
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table.lines().find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        (f.get(1) == Some(&local.as_str()) && f.get(2) == Some(&remote.as_str()))
-            .then(|| u64::from_str_radix(f[4].split(':').next().unwrap(), 16).unwrap())
-    })
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|f| f.len() > 9 && f[1] == local && f[2] == remote)
+}
+
+/// Bytes the kernel holds to send on the IPv4 connection from `local` to
+/// `remote` (`tx_queue` of /proc/net/tcp: written, not yet acknowledged).
+pub fn send_queue(local: SocketAddr, remote: SocketAddr) -> Option<u64> {
+    let f = proc_tcp_row(local, remote)?;
+    Some(u64::from_str_radix(f[4].split(':').next().unwrap(), 16).unwrap())
 }
 
 pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
