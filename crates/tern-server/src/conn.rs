@@ -40,7 +40,7 @@ use crate::shared::Shared;
 use crate::site::backend::Job;
 use crate::site::cgi::Pump;
 use crate::site::fastcgi::Affinity;
-use crate::site::{Answer, Peers};
+use crate::site::{Answer, Ends, Peers};
 use crate::spool::Spool;
 use crate::sys;
 use crate::tls::{self, Got, Role, Session};
@@ -263,12 +263,11 @@ struct Unsent {
 impl Conn {
     pub fn new(key: usize, sock: TcpStream, peer: SocketAddr, w: &Worker<'_>) -> Conn {
         // TCP_NODELAY comes with the socket, from its listener (`server.rs`).
-        let local = sock.local_addr().unwrap_or(peer);
         let st = &w.config.static_files;
         Conn {
             key,
             sock,
-            peers: Peers { peer, local },
+            peers: Peers::new(peer),
             rbuf: Vec::new(),
             rpos: 0,
             out: OutQueue::new(st.read_chunk.usize(), st.sendfile_max_chunk.0, w.offload.is_some()),
@@ -309,7 +308,7 @@ impl Conn {
     fn open(&mut self, shared: &Shared, w: &Worker<'_>) {
         self.fresh = false;
         let Some(setup) = &shared.tls else { return };
-        match setup.role(self.peers.local) {
+        match setup.role(self.peers.local(&self.sock)) {
             Role::Http => {}
             Role::Https => self.tls = setup.session(w.stats),
             Role::Redirect => self.redirect = Some(setup.https_port()),
@@ -1158,12 +1157,18 @@ impl Conn {
             reply.error(413);
             Answer::Done
         } else if let Some(port) = self.redirect {
-            let location = tls::https_location(req.host, self.peers.local, port, req.path, req.query);
+            let location = tls::https_location(req.host, self.peers.local(&self.sock), port, req.path, req.query);
             reply.redirect(308, location.as_bytes());
             Answer::Done
         } else {
             let asker = Affinity { key: self.key, quiet: self.link_quiet };
-            shared.site.respond(req, &mut self.spool, (self.peers, asker), &mut reply, w)
+            shared.site.respond(
+                req,
+                &mut self.spool,
+                (Ends { peers: &self.peers, sock: &self.sock }, asker),
+                &mut reply,
+                w,
+            )
         };
         let ticket = match answer {
             Answer::Backend(job) => {

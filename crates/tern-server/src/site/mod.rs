@@ -8,7 +8,8 @@ pub mod hidden;
 pub mod internal;
 pub mod static_files;
 
-use std::net::SocketAddr;
+use std::cell::OnceCell;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 
 use tern_http::request::TargetForm;
@@ -35,11 +36,43 @@ pub struct Site {
     pub apps: app::Apps,
 }
 
-/// The two ends of a client connection.
-#[derive(Clone, Copy, Debug)]
+/// The two ends of a client connection. The local end is asked of the
+/// kernel (`getsockname`) the first time something needs it (the TLS role
+/// of the address, an HTTPS redirect, CGI and FastCGI variables) and kept:
+/// a connection that only fetches files never pays that system call.
+#[derive(Debug)]
 pub struct Peers {
     pub peer: SocketAddr,
-    pub local: SocketAddr,
+    local: OnceCell<SocketAddr>,
+}
+
+impl Peers {
+    pub fn new(peer: SocketAddr) -> Peers {
+        Peers { peer, local: OnceCell::new() }
+    }
+
+    /// The address `sock` (this connection's socket) was reached at; the
+    /// peer's when the kernel cannot say.
+    pub fn local(&self, sock: &TcpStream) -> SocketAddr {
+        *self.local.get_or_init(|| sock.local_addr().unwrap_or(self.peer))
+    }
+}
+
+/// A connection's ends as a handler sees them.
+#[derive(Clone, Copy)]
+pub struct Ends<'a> {
+    pub peers: &'a Peers,
+    pub sock: &'a TcpStream,
+}
+
+impl Ends<'_> {
+    pub fn peer(&self) -> SocketAddr {
+        self.peers.peer
+    }
+
+    pub fn local(&self) -> SocketAddr {
+        self.peers.local(self.sock)
+    }
 }
 
 /// How a request was answered.
@@ -79,13 +112,13 @@ impl Site {
         &self,
         req: &Request<'_>,
         body: &mut Spool,
-        (peers, asker): (Peers, fastcgi::Affinity),
+        (ends, asker): (Ends<'_>, fastcgi::Affinity),
         reply: &mut Reply<'_>,
         w: &mut Worker<'_>,
     ) -> Answer {
         let status = &w.config.status;
         if status.enabled && (req.path == status.path || req.path == status.metrics_path) {
-            internal::serve(req, peers.peer, &self.compression, &self.fastcgi, reply, w);
+            internal::serve(req, ends.peer(), &self.compression, &self.fastcgi, reply, w);
             return Answer::Done;
         }
         if req.form == TargetForm::Asterisk || req.form == TargetForm::Authority {
@@ -121,8 +154,8 @@ impl Site {
                     trailing_slash: norm.trailing_slash,
                     body: body.take(),
                     window: w.config.limits.body_buffer.usize(),
-                    peer: peers.peer,
-                    local: peers.local,
+                    peer: ends.peer(),
+                    local: ends.local(),
                     doorbell: w.watcher.doorbell(),
                     asker,
                 };
@@ -157,8 +190,8 @@ impl Site {
                     rel: &w.path,
                     trailing_slash: norm.trailing_slash,
                     body: body.take(),
-                    peer: peers.peer,
-                    local: peers.local,
+                    peer: ends.peer(),
+                    local: ends.local(),
                 };
                 match cgi::start(&self.cgi, &w.server.cgi_running, req, &launch) {
                     Ok(running) => {
