@@ -104,9 +104,10 @@ pub struct Server {
     /// How long the kernel holds a new connection before waking a worker
     /// for it while the client has sent nothing (`TCP_DEFER_ACCEPT`): a
     /// connection is accepted with its request (or TLS hello) in hand, one
-    /// wake-up fewer per connection, and one that stays silent is held by
-    /// the kernel, not a worker, until then. 0 = wake at the handshake;
-    /// whole seconds, at most `"60s"`. Default `"1s"`.
+    /// wake-up fewer per connection (the `event` model reads it in the
+    /// accepting turn, before the socket joins epoll), and one that stays
+    /// silent is held by the kernel, not a worker, until then. 0 = wake at
+    /// the handshake; whole seconds, at most `"60s"`. Default `"1s"`.
     pub defer_accept: Seconds,
 }
 

@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -79,6 +79,7 @@ pub fn run(
     let _ = ready.send(Ok(waker));
     let mut w = shared.worker(index, Box::new(EpollWatcher { registry, doorbell: doorbell.clone() }));
     let mut listening = Listening::new(listeners, &mut w);
+    let first_bytes_come_with_accept = !shared.config.server.defer_accept.0.is_zero();
     // A reactor: what may wait for a disk goes to the I/O pool.
     w.offload = shared.offload.as_ref();
     if let Some(fd) = w.files.changes_fd().map(|fd| fd.as_raw_fd()) {
@@ -177,13 +178,33 @@ pub fn run(
         w.stats.in_flight.set(0);
         // New connections after the turn's requests, a batch per listener.
         listening.accept(shared, &mut w, index, poll.registry(), &mut conns, |w, conns, stream, peer| {
-            let entry = conns.vacant_entry();
-            let mut conn = Conn::new(entry.key(), stream, peer, w);
-            if !register(shared, w, &poll, &conn, entry.key()) {
-                return conn.recycle(w);
-            }
-            entry.insert(conn);
+            let key = conns.vacant_key();
+            let conn = Conn::new(key, stream, peer, w);
+            conns.insert(conn);
             w.stats.active.add(1);
+            // Accepted once its first bytes came (deferred accept), a
+            // connection is read at once: one whose request is answered and
+            // closed in this turn never joins the epoll set (no epoll_ctl,
+            // no wait for a first event). Registering after the read loses
+            // nothing: the registration reports what is ready by then.
+            let status = if first_bytes_come_with_accept {
+                // Its bytes are seen now, after the accept (a service
+                // record's arrival never precedes its accept).
+                if w.records.enabled() {
+                    w.seen = Instant::now();
+                }
+                front::guarded(w, &mut conns[key], |c, w| c.on_ready(shared, w, true, true, false, false))
+            } else {
+                Status::Open
+            };
+            if status == Status::Closed {
+                return close(shared, w, conns, key);
+            }
+            if !register(shared, w, &poll, &conns[key], key) {
+                w.stats.active.set(w.stats.active.get().saturating_sub(1));
+                return conns.remove(key).recycle(w);
+            }
+            settle(shared, w, &poll, conns, key, status, ending);
         });
         w.note_open(conns.len());
         // Room another worker at the cap asked for (it rang the waker).
