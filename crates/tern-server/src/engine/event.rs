@@ -197,12 +197,8 @@ pub fn run(
             } else {
                 Status::Open
             };
-            if status == Status::Closed {
+            if status == Status::Closed || !register(&poll, &conns[key], key) {
                 return close(shared, w, conns, key);
-            }
-            if !register(shared, w, &poll, &conns[key], key) {
-                w.stats.active.set(w.stats.active.get().saturating_sub(1));
-                return conns.remove(key).recycle(w);
             }
             settle(shared, w, &poll, conns, key, status, ending);
         });
@@ -275,15 +271,13 @@ fn settle(
 /// Takes a connection handed over by a replaced server.
 fn adopt(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conns: &mut Slab<Conn>, moved: Moved, ending: Ending) {
     front::count_adopted(shared, w, moved.peer);
-    let entry = conns.vacant_entry();
-    let key = entry.key();
-    let mut conn = Conn::adopt(key, moved, w);
-    if !register(shared, w, poll, &conn, key) {
-        conn.recycle(w);
-        return;
-    }
-    entry.insert(conn);
+    let key = conns.vacant_key();
+    let conn = Conn::adopt(key, moved, w);
+    conns.insert(conn);
     w.stats.active.add(1);
+    if !register(poll, &conns[key], key) {
+        return close(shared, w, conns, key);
+    }
     if ending == Ending::Stop {
         conns[key].begin_stop(w);
     }
@@ -291,15 +285,14 @@ fn adopt(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conns: &mut Slab<Conn
     settle(shared, w, poll, conns, key, status, ending);
 }
 
-/// Registers a connection's socket for both directions; on failure it is
-/// uncounted and dropped (closed).
-fn register(shared: &Shared, w: &mut Worker<'_>, poll: &Poll, conn: &Conn, key: usize) -> bool {
+/// Registers a connection's socket for both directions; on failure (said
+/// in the error log) the caller closes it.
+fn register(poll: &Poll, conn: &Conn, key: usize) -> bool {
     let fd = conn.fd();
     match poll.registry().register(&mut SourceFd(&fd), Token(key * 2), Interest::READABLE | Interest::WRITABLE) {
         Ok(()) => true,
         Err(e) => {
             log!(Level::Error, "cannot register connection: {e}");
-            front::uncount(shared, w, conn.peer());
             false
         }
     }
