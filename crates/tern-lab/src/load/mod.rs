@@ -52,10 +52,10 @@
 pub mod plan;
 pub mod report;
 pub mod response;
-mod spin;
 pub mod stats;
 pub mod timeline;
 pub mod tls;
+mod wait;
 mod worker;
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};

@@ -33,10 +33,10 @@ use mio::{Events, Interest, Poll, Token};
 
 use super::plan::Plan;
 use super::response::{ResponseParser, MAX_LINE};
-use super::spin::Spin;
 use super::stats::{micros, ErrorClass, Stats, LATE_AFTER};
 use super::timeline::Row;
 use super::tls;
+use super::wait::{Style, Waiter};
 
 /// The open-loop timer's token; connections use their slot index.
 const TIMER: Token = Token(usize::MAX);
@@ -315,7 +315,7 @@ impl ThreadClock {
 pub struct Worker<'a> {
     setup: Setup<'a>,
     poll: Poll,
-    spin: Spin,
+    waiter: Waiter,
     timer: Option<TimerFd>,
     conns: Vec<Conn>,
     free: Vec<usize>,
@@ -373,7 +373,11 @@ impl<'a> Worker<'a> {
         Ok(Worker {
             stats: Stats::new(setup.open.is_some(), setup.plan.requests.len()),
             free: Vec::with_capacity(setup.connections),
-            spin: Spin::new(!setup.keepalive),
+            waiter: Waiter::new(match (setup.keepalive, setup.open) {
+                (false, _) => Style::Poll,
+                (true, None) => Style::Nap,
+                (true, Some(_)) => Style::Sleep,
+            }),
             setup,
             poll,
             timer,
@@ -406,7 +410,7 @@ impl<'a> Worker<'a> {
             }
             if now >= next_tick {
                 self.tick(now);
-                self.spin.check(now, run_delay());
+                self.waiter.check(now, run_delay(), self.resolved(), self.stats.wire_bytes);
                 next_tick = now + TICK;
             }
             self.dispatch(now);
@@ -439,7 +443,7 @@ impl<'a> Worker<'a> {
                 }
             }
             let sleep = wake.saturating_duration_since(now);
-            match self.spin.wait(&mut self.poll, &mut events, sleep, self.inflight_total > 0) {
+            match self.waiter.wait(&mut self.poll, &mut events, sleep, self.inflight_total) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
