@@ -56,11 +56,14 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
 /// buffer sends a window update, and the acknowledgement transmits the
 /// server's queued data from this side (loopback runs both ends of TCP on
 /// whichever CPU acts). Measured against `tern serve` (one worker, pinned
-/// apart, 64 connections, 1 MiB responses, three rounds): 64 KiB reads
-/// 2,372 / 2,705 / 3,213 responses/s with the server's CPU saturated,
-/// 16 KiB 7,800 / 5,969 / 5,075, `wrk` (8 KiB) 6,535 / 5,089 / 5,610;
-/// against nginx +6 %; 1 KiB and 40 KiB responses the same either way.
-const READ_CHUNK: usize = 16 * 1024;
+/// apart, 1 MiB responses, three rounds): 64 KiB reads 2,372 / 2,705 /
+/// 3,213 responses/s with the server's CPU saturated (64 connections);
+/// 16 KiB 2,719–4,534 (32 connections) and 2,442–4,053 (64) in one slot
+/// where 8 KiB made 4,073–4,833 and 4,281–5,497, and `wrk` (8 KiB)
+/// 4,469–4,924 and 4,529–4,817. 40 KiB responses came 3 % slower in 8 KiB
+/// reads (131–137k/s against 136–141k, `wrk` 104–106k, 64 connections);
+/// 1 KiB responses never fill either.
+const READ_CHUNK: usize = 8 * 1024;
 
 /// Most requests gathered into one `writev`.
 const MAX_IOV: usize = 64;
