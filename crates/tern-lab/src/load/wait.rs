@@ -265,17 +265,23 @@ mod tests {
         w
     }
 
+    /// A connected pair: the client end, and the other end watched for
+    /// reading by the returned `Poll`.
+    fn watched_pair() -> (TcpStream, mio::net::TcpStream, Poll) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let mut server = mio::net::TcpStream::from_std(server);
+        let poll = Poll::new().unwrap();
+        poll.registry().register(&mut server, mio::Token(0), mio::Interest::READABLE).unwrap();
+        (client, server, poll)
+    }
+
     #[test]
     fn a_wait_returns_what_arrives_and_sleeps_out_the_rest() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
         for style in [Style::Poll, Style::Nap] {
-            let mut client = TcpStream::connect(addr).unwrap();
-            let (server, _) = listener.accept().unwrap();
-            server.set_nonblocking(true).unwrap();
-            let mut server = mio::net::TcpStream::from_std(server);
-            let mut poll = Poll::new().unwrap();
-            poll.registry().register(&mut server, mio::Token(0), mio::Interest::READABLE).unwrap();
+            let (mut client, _server, mut poll) = watched_pair();
             let mut events = Events::with_capacity(4);
             let w = alone(style);
 
@@ -303,13 +309,7 @@ mod tests {
 
     #[test]
     fn a_nap_that_finds_nothing_sleeps_until_something_arrives() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (server, _) = listener.accept().unwrap();
-        server.set_nonblocking(true).unwrap();
-        let mut server = mio::net::TcpStream::from_std(server);
-        let mut poll = Poll::new().unwrap();
-        poll.registry().register(&mut server, mio::Token(0), mio::Interest::READABLE).unwrap();
+        let (mut client, _server, mut poll) = watched_pair();
         let mut events = Events::with_capacity(4);
         let w = alone(Style::Nap);
         let writer = std::thread::spawn(move || {

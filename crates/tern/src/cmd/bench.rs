@@ -41,13 +41,14 @@ Mix files (--mix FILE) spread requests over several URLs of one server:
   PATH' reads it from a file (relative to the mix file). Content-Length is
   computed. -H headers apply to every entry unless it sets the same header.
 
-Waiting: a generator thread alone on its CPU (pinned apart from the server)
-is not woken by every response, so that a saturated server does not pay for
+Waiting: a generator thread alone on its CPU (pinned apart from the server) is
+not woken by every response, so that a saturated server does not pay for
 waking it. With --no-keepalive it polls for up to 1ms before it sleeps (its
-CPU then shows near 100% busy); with kept-alive connections in closed loop,
-8 or more requests in flight and responses of 64KiB or less it naps (at most 64us, while the server
-answers a quarter of them) and then takes what arrived. Kept-alive open
-loop (--rate), and a thread that shares its CPU, sleep until woken.
+CPU then shows near 100% busy); with kept-alive connections in closed loop, 8
+or more requests in flight and responses of 64KiB or less it naps (at most
+64us, while the server answers a quarter of them) and then takes what arrived.
+Kept-alive open loop (--rate), and a thread that shares its CPU, sleep until
+woken.
 
 Output: a summary on stdout (or JSON with --json, including the latency
 histograms in HdrHistogram V2 deflate + base64 so runs can be merged exactly),
