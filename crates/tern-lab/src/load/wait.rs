@@ -24,10 +24,9 @@
 //!   server's writes wake nobody: a timer wakes it, on its own CPU, after
 //!   the time the server takes to answer a quarter of them (at most
 //!   [`NAP_MAX`], so no response is timed later than that), and it takes
-//!   what arrived in one poll. Measured against
-//!   nginx (one worker, 1 KiB, 50 connections, pinned apart): wake-ups per
-//!   response 0.08 → 0.003 (`wrk` 0.02), requests/s +5–10 %, CPU per
-//!   request lower. Open loop never naps: a request due during a nap would
+//!   what arrived in one poll. Measured against nginx (one worker, 1 KiB,
+//!   50 connections, pinned apart): wake-ups per response 0.08 → 0.003
+//!   (`wrk` 0.02), requests/s +9 % (median of 5), CPU per request lower. Open loop never naps: a request due during a nap would
 //!   leave late. Nor do responses larger than [`NAP_LARGEST_RESPONSE`]:
 //!   one arrives over several waits, and a nap in the middle stalls it
 //!   (measured: 1 MiB over TLS from `tern serve`, 1,649–1,796 responses/s
@@ -35,8 +34,8 @@
 //!
 //! Only while the thread has its CPU to itself: where it shares one with
 //! the server (no pinning), the time it polls is taken from the server —
-//! measured, 8 % fewer requests from nginx with two workers on two CPUs —
-//! and waking it costs the server little.
+//! measured, 8 % fewer requests from nginx with two workers on two CPUs.
+//! Naps follow the same rule; they were not measured on a shared CPU.
 
 use std::io;
 use std::time::{Duration, Instant};

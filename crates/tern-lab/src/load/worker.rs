@@ -60,9 +60,11 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(10);
 /// 3,213 responses/s with the server's CPU saturated (64 connections);
 /// 16 KiB 2,719–4,534 (32 connections) and 2,442–4,053 (64) in one slot
 /// where 8 KiB made 4,073–4,833 and 4,281–5,497, and `wrk` (8 KiB)
-/// 4,469–4,924 and 4,529–4,817. 40 KiB responses came 3 % slower in 8 KiB
-/// reads (131–137k/s against 136–141k, `wrk` 104–106k, 64 connections);
-/// 1 KiB responses never fill either.
+/// 4,469–4,924 and 4,529–4,817; in the next slot `wrk` made 4,727–6,943
+/// and 8 KiB reads 4,338–4,878, a gap not explained yet (`bench/RESULTS.md`,
+/// 2026-11-27). 40 KiB responses came 3 % slower in 8 KiB reads
+/// (131–137k/s against 136–141k, `wrk` 104–106k, 64 connections); 1 KiB
+/// responses never fill either.
 const READ_CHUNK: usize = 8 * 1024;
 
 /// Most requests gathered into one `writev`.
