@@ -13,7 +13,7 @@ use std::time::Instant;
 use rustix::fs::FileType;
 
 use super::pool::Pool;
-use crate::config::Config;
+use crate::config::{Config, FastCgiAddress};
 use crate::open_files::OpenFileTable;
 use crate::resolve::{ResolveError, Root};
 
@@ -29,6 +29,9 @@ pub struct Backend {
     /// The document root as the application sees it.
     pub root: Vec<u8>,
     pub keep_conn: bool,
+    /// Replies are peeked, then read after the next request (a kept-alive
+    /// Unix socket; see [`super::reply`]).
+    pub peek_replies: bool,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     pub queue_timeout: Duration,
@@ -63,6 +66,7 @@ impl Settings {
                 check_file: b.check_file,
                 root: root.as_os_str().as_bytes().to_vec(),
                 keep_conn: b.keep_conn,
+                peek_replies: b.keep_conn && matches!(b.address, FastCgiAddress::Unix(_)),
                 connect_timeout: b.connect_timeout.0,
                 read_timeout: b.read_timeout.0,
                 queue_timeout: b.queue_timeout.0,
@@ -142,7 +146,7 @@ impl Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{FastCgiAddress, Pattern};
+    use crate::config::Pattern;
 
     fn backend(pattern: &str) -> Backend {
         Backend {
@@ -154,6 +158,7 @@ mod tests {
             check_file: false,
             root: b"/srv".to_vec(),
             keep_conn: true,
+            peek_replies: true,
             connect_timeout: Duration::from_secs(1),
             read_timeout: Duration::from_secs(1),
             queue_timeout: Duration::from_secs(1),

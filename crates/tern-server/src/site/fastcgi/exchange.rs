@@ -17,6 +17,7 @@ use tern_http::Request;
 use super::backends::Backend;
 use super::pool::{Affinity, Checkout, Grant, Link, Ticket, NO_KEY};
 use super::proto::{self, Decoder, Event, ID, MAX_CONTENT, REQUEST_COMPLETE, STDIN};
+use super::reply::ReplyReader;
 use crate::body::OutQueue;
 use crate::config::Level;
 use crate::error_log::log;
@@ -114,6 +115,7 @@ pub struct Exchange {
     /// A spooled body, written after `records`.
     upload: Option<Upload>,
     input: Vec<u8>,
+    reply: ReplyReader,
     decoder: Decoder,
     pub response: Response,
     /// Edge-triggered readiness of the watched descriptor.
@@ -157,6 +159,7 @@ impl Exchange {
             sent: 0,
             upload,
             input: Vec::new(),
+            reply: ReplyReader::default(),
             decoder: Decoder::new(ID),
             response: Response::new(req, false),
             may_read: false,
@@ -192,6 +195,7 @@ impl Exchange {
         self.registered = link.home.is_some();
         self.watched_here = quiet && self.registered && link.last_key == self.key;
         self.input = link.buf;
+        self.reply = ReplyReader::new(self.backend.peek_replies, link.owed);
         self.placed = true;
         self.reused = true;
         self.stage = Stage::Talking;
@@ -202,6 +206,7 @@ impl Exchange {
     /// when the backend cannot be reached: `502`).
     fn open(&mut self) -> Result<(), u16> {
         self.reused = false;
+        self.reply = ReplyReader::new(self.backend.peek_replies, 0);
         self.received = false;
         self.registered = false;
         self.watched_here = false;
@@ -375,10 +380,19 @@ impl Exchange {
                 _ => &self.records[self.sent..],
             };
             match rustix::net::send(fd, pending, rustix::net::SendFlags::NOSIGNAL) {
-                Ok(n) => match &mut self.upload {
-                    Some(up) if self.sent == self.records.len() => up.sent += n,
-                    _ => self.sent += n,
-                },
+                Ok(n) => {
+                    match &mut self.upload {
+                        Some(up) if self.sent == self.records.len() => up.sent += n,
+                        _ => self.sent += n,
+                    }
+                    // The request woke the backend: the last reply's bytes
+                    // are read now without waking it again.
+                    if !self.writing() {
+                        if let Err(e) = self.reply.pay(fd, &mut self.input) {
+                            return self.broken(w, &e);
+                        }
+                    }
+                }
                 Err(rustix::io::Errno::AGAIN) => {
                     self.may_write = false;
                     if !self.watched_for_room {
@@ -402,7 +416,7 @@ impl Exchange {
             self.input.reserve(chunk);
         }
         let spare = self.input.capacity() - self.input.len();
-        match sys::read_into(fd, &mut self.input) {
+        match self.reply.read(fd, &mut self.input) {
             Ok(0) => return self.broken(w, &io::ErrorKind::UnexpectedEof.into()),
             Ok(n) => {
                 self.received = true;
@@ -461,6 +475,10 @@ impl Exchange {
             }
         }
         self.input.drain(..pos);
+        // The reply goes on: what was peeked is read now.
+        if let Err(e) = self.reply.pay(fd, &mut self.input) {
+            return self.broken(w, &e);
+        }
         Pump::Progress
     }
 
@@ -555,7 +573,8 @@ impl Exchange {
         }
         let watched = home.is_some() && self.watched_here;
         let last_key = if self.watched_here { self.key } else { NO_KEY };
-        if let Some(link) = pool.give_back(Link { fd, buf, home, last_key }) {
+        let owed = self.reply.owed();
+        if let Some(link) = pool.give_back(Link { fd, buf, home, last_key, owed }) {
             let _ = w.watcher.unwatch(link.fd.as_fd());
             pool.put_back(Link { home: None, ..link });
             return false;

@@ -1,11 +1,13 @@
 //! FastCGI: the request record stream a backend gets for a request. Which
 //! backend answers is `backends.rs`, the exchange itself `exchange.rs`, the
-//! connections `pool.rs`, the wire format `proto.rs`.
+//! connections `pool.rs`, the wire format `proto.rs`, how replies are read
+//! off a kept-alive link `reply.rs`.
 
 pub mod backends;
 pub mod exchange;
 pub mod pool;
 pub mod proto;
+pub mod reply;
 
 use tern_http::Request;
 

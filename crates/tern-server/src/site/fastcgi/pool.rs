@@ -49,6 +49,10 @@ pub struct Link {
     /// The key of the client connection it is watched for there (its
     /// token names that connection).
     pub last_key: usize,
+    /// Bytes of its last reply still queued on it (see [`ReplyReader`]).
+    ///
+    /// [`ReplyReader`]: super::reply::ReplyReader
+    pub owed: usize,
 }
 
 /// The client connection asking for a link: its key in its engine, and
@@ -358,7 +362,7 @@ mod tests {
 
     fn link(home: Option<&Arc<Doorbell>>) -> Link {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        Link { fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), last_key: 0 }
+        Link { fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), last_key: 0, owed: 0 }
     }
 
     fn rung(bell: &Doorbell) -> Vec<usize> {
