@@ -99,18 +99,23 @@ mod tests {
         (ours, backend)
     }
 
+    /// A link whose last reply, `reply`, was peeked whole: the reader of
+    /// its next request, and an empty buffer.
+    fn owing(reply: &[u8]) -> (UnixStream, UnixStream, ReplyReader, Vec<u8>) {
+        let (ours, mut backend) = pair();
+        backend.write_all(reply).unwrap();
+        let mut buf = Vec::with_capacity(64);
+        let mut last = ReplyReader::new(true, 0);
+        assert_eq!(last.read(&ours, &mut buf).unwrap(), reply.len());
+        assert_eq!((&buf[..], last.owed(), queued(&ours)), (reply, reply.len(), reply.len()));
+        buf.clear();
+        (ours, backend, ReplyReader::new(true, last.owed()), buf)
+    }
+
     #[test]
     fn a_whole_reply_stays_queued_until_paid_after_the_next_request() {
-        let (ours, mut backend) = pair();
-        let mut buf = Vec::with_capacity(64);
-        backend.write_all(b"first reply").unwrap();
-        let mut r = ReplyReader::new(true, 0);
-        assert_eq!(r.read(&ours, &mut buf).unwrap(), 11);
-        assert_eq!((&buf[..], r.owed(), queued(&ours)), (&b"first reply"[..], 11, 11));
-        // The link goes back to the pool owing 11 bytes; the next request
-        // on it is written, then the old reply is paid.
-        buf.clear();
-        let mut r = ReplyReader::new(true, r.owed());
+        let (ours, mut backend, mut r, mut buf) = owing(b"first reply");
+        // The next request is written, then the old reply is paid.
         r.pay(&ours, &mut buf).unwrap();
         assert_eq!((buf.len(), r.owed(), queued(&ours)), (0, 0, 0));
         backend.write_all(b"second").unwrap();
@@ -136,14 +141,8 @@ mod tests {
 
     #[test]
     fn a_read_before_the_request_is_written_skips_the_last_reply() {
-        let (ours, mut backend) = pair();
-        let mut buf = Vec::with_capacity(64);
-        backend.write_all(b"old").unwrap();
-        let mut r = ReplyReader::new(true, 0);
-        r.read(&ours, &mut buf).unwrap();
-        buf.clear();
+        let (ours, mut backend, mut r, mut buf) = owing(b"old");
         // A long upload: the backend answers before it was all written.
-        let mut r = ReplyReader::new(true, r.owed());
         backend.write_all(b"new").unwrap();
         assert_eq!(r.read(&ours, &mut buf).unwrap(), 3);
         assert_eq!((&buf[..], r.owed(), queued(&ours)), (&b"new"[..], 3, 3));
@@ -161,15 +160,9 @@ mod tests {
 
     #[test]
     fn a_link_closed_while_owing_ends_with_what_was_owed_then_eof() {
-        let (ours, mut backend) = pair();
-        backend.write_all(b"reply").unwrap();
-        let mut buf = Vec::with_capacity(64);
-        let mut r = ReplyReader::new(true, 0);
-        r.read(&ours, &mut buf).unwrap();
+        let (ours, backend, mut r, mut buf) = owing(b"reply");
         // php-fpm recycles the child between requests.
         drop(backend);
-        buf.clear();
-        let mut r = ReplyReader::new(true, r.owed());
         r.pay(&ours, &mut buf).unwrap();
         assert_eq!(r.read(&ours, &mut buf).unwrap(), 0);
     }
