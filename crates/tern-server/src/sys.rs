@@ -143,10 +143,18 @@ pub fn pread(file: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> io::Result<us
 /// Reads into the spare capacity of `buf` (one `read(2)`), growing its
 /// length by what arrived.
 pub fn read_into(fd: impl AsFd, buf: &mut Vec<u8>) -> io::Result<usize> {
-    let spare = buf.spare_capacity_mut();
-    let (filled, _) = rustix::io::read(fd, spare)?;
+    let (filled, _) = rustix::io::read(fd, buf.spare_capacity_mut())?;
     let n = filled.len();
     // SAFETY: `read` initialised the first `n` bytes of the spare capacity.
+    unsafe { buf.set_len(buf.len() + n) };
+    Ok(n)
+}
+
+/// As [`read_into`], but the bytes stay queued on the socket (`MSG_PEEK`).
+pub fn peek_into(sock: impl AsFd, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let ((filled, _), _) = rustix::net::recv(sock, buf.spare_capacity_mut(), rustix::net::RecvFlags::PEEK)?;
+    let n = filled.len();
+    // SAFETY: `recv` initialised the first `n` bytes of the spare capacity.
     unsafe { buf.set_len(buf.len() + n) };
     Ok(n)
 }

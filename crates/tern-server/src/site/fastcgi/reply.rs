@@ -49,11 +49,7 @@ impl ReplyReader {
         if self.started || !self.peek {
             return crate::sys::read_into(fd, buf);
         }
-        let spare = buf.spare_capacity_mut();
-        let ((filled, _), _) = rustix::net::recv(fd, spare, rustix::net::RecvFlags::PEEK)?;
-        let n = filled.len();
-        // SAFETY: `recv` initialised the first `n` bytes of the spare capacity.
-        unsafe { buf.set_len(buf.len() + n) };
+        let n = crate::sys::peek_into(fd, buf)?;
         if n > 0 {
             self.started = true;
             self.owed = n;
