@@ -39,7 +39,6 @@ use crate::service_records::{Record, Stage, StageAccount};
 use crate::shared::Shared;
 use crate::site::backend::Job;
 use crate::site::cgi::Pump;
-use crate::site::fastcgi::Affinity;
 use crate::site::{Answer, Ends, Peers};
 use crate::spool::Spool;
 use crate::sys;
@@ -219,10 +218,6 @@ pub struct Conn {
     /// On a redirecting address: the HTTPS port to send clients to.
     redirect: Option<u16>,
     waiting: Option<Box<Waiting>>,
-    /// The FastCGI connection of its last request stays watched for it, and
-    /// nothing was reported on its backend token since (see
-    /// [`Affinity`](crate::site::fastcgi::Affinity)).
-    link_quiet: bool,
 }
 
 /// Which unsent bound (`TCP_NOTSENT_LOWAT`) the connection has, and the
@@ -299,7 +294,6 @@ impl Conn {
             tls: None,
             redirect: None,
             waiting: None,
-            link_quiet: false,
         }
     }
 
@@ -377,10 +371,8 @@ impl Conn {
         writable: bool,
         closed: bool,
     ) -> Status {
-        match self.backend.as_mut() {
-            Some(b) => b.job.on_ready(readable, writable, closed),
-            // For a FastCGI connection left watched for this one.
-            None => self.link_quiet = false,
+        if let Some(b) = self.backend.as_mut() {
+            b.job.on_ready(readable, writable, closed);
         }
         self.proceed(shared, w)
     }
@@ -855,7 +847,7 @@ impl Conn {
         // Saturating: a connection may end on another thread than the
         // one it started on (the count only steers busy polling).
         w.backend_jobs = w.backend_jobs.saturating_sub(1);
-        self.link_quiet = b.job.end(w, abandon);
+        b.job.end(w, abandon);
         b
     }
 
@@ -1161,14 +1153,7 @@ impl Conn {
             reply.redirect(308, location.as_bytes());
             Answer::Done
         } else {
-            let asker = Affinity { key: self.key, quiet: self.link_quiet };
-            shared.site.respond(
-                req,
-                &mut self.spool,
-                (Ends { peers: &self.peers, sock: &self.sock }, asker),
-                &mut reply,
-                w,
-            )
+            shared.site.respond(req, &mut self.spool, Ends { peers: &self.peers, sock: &self.sock }, &mut reply, w)
         };
         let ticket = match answer {
             Answer::Backend(job) => {
@@ -1211,7 +1196,6 @@ impl Conn {
     /// Hands the rest of the answer to a started backend.
     fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, mut job: Job) {
         w.stats.requests.incr();
-        self.link_quiet = false;
         if let Err(err) = job.watch(self.key, w) {
             log!(Level::Error, "cannot watch a backend's descriptor: {err}");
         }

@@ -31,17 +31,25 @@ use crate::sys;
 /// `unwatch` stops it for one that lives on (a pooled FastCGI connection).
 pub trait Watcher: Send {
     fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()>;
-    /// Watches a socket for connection `conn` for reading, and for writing
-    /// only when `write` (a request to a backend is written as soon as it
+    /// Watches pooled FastCGI connection `link` (its place's id, see
+    /// [`pool`]) for connection `conn`: for reading, and for writing only
+    /// when `write` (a request to a backend is written as soon as it
     /// starts: a watch for room all along would only report each time the
-    /// backend reads). `again`: this watcher watches it already (for
-    /// another connection, or in other directions); the watch is changed
-    /// and readiness reported afresh.
-    fn watch_socket(&self, conn: usize, fd: BorrowedFd<'_>, write: bool, again: bool) -> io::Result<()>;
+    /// backend reads). `again`: this watcher watches it already, left
+    /// read-only by a connection of its own or for this one's writing; a
+    /// read-only watch then only changes whom it reports to, with no
+    /// system call. True when something was reported for the link while it
+    /// was nobody's (the backend may have closed it).
+    ///
+    /// [`pool`]: crate::site::fastcgi::pool
+    fn watch_link(&self, conn: usize, link: usize, fd: BorrowedFd<'_>, write: bool, again: bool) -> io::Result<bool>;
+    /// Link `link` stays watched, read-only, for nobody until the next
+    /// [`Watcher::watch_link`]: what is reported meanwhile is kept for it.
+    fn leave_link(&self, _link: usize) {}
     fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()>;
     /// The reactor's doorbell, when the engine has one: connection code
     /// elsewhere rings it to have a connection driven, with no descriptor
-    /// of its own to watch. Its identity is also the watcher's: a socket
+    /// of its own to watch. Its identity is also the watcher's: a link
     /// another connection of the same reactor watched is still in the set,
     /// to be watched `again`.
     fn doorbell(&self) -> Option<&Arc<Doorbell>> {

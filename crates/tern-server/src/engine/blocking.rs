@@ -49,8 +49,15 @@ impl Watcher for Asked {
         Ok(())
     }
 
-    fn watch_socket(&self, _conn: usize, _fd: BorrowedFd<'_>, _write: bool, _again: bool) -> io::Result<()> {
-        Ok(())
+    fn watch_link(
+        &self,
+        _conn: usize,
+        _link: usize,
+        _fd: BorrowedFd<'_>,
+        _write: bool,
+        _again: bool,
+    ) -> io::Result<bool> {
+        Ok(false)
     }
 
     fn unwatch(&self, _fd: BorrowedFd<'_>) -> io::Result<()> {

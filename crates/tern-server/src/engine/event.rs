@@ -14,6 +14,7 @@
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,8 +35,10 @@ use super::busy_poll::BusyPoll;
 use super::front::{self, Listening, WAKE};
 
 /// Connection `k` has token `2k` for its socket and `2k + 1` for its
-/// backend's descriptor (a CGI pipe, a FastCGI socket); the waker and the
-/// listeners have `front`'s tokens.
+/// backend's descriptor (a CGI pipe, a FastCGI queue ticket); pooled
+/// FastCGI connection `l` has `LINKS + l`, whichever connection uses it
+/// (see [`Links`]); the waker and the listeners have `front`'s tokens.
+const LINKS: usize = 1 << (usize::BITS - 2);
 /// The open-file table's change reports (inotify).
 const FILES: Token = Token(usize::MAX - 1);
 const TICK: Duration = Duration::from_secs(1);
@@ -77,7 +80,9 @@ pub fn run(
         Box::new(move |fd| _ = forget.deregister(&mut SourceFd(&fd.as_raw_fd()))),
     ));
     let _ = ready.send(Ok(waker));
-    let mut w = shared.worker(index, Box::new(EpollWatcher { registry, doorbell: doorbell.clone() }));
+    let links = Arc::new(Links::new(shared.site.fastcgi.links));
+    let watcher = EpollWatcher { registry, doorbell: doorbell.clone(), links: links.clone() };
+    let mut w = shared.worker(index, Box::new(watcher));
     let mut listening = Listening::new(listeners, &mut w);
     let first_bytes_come_with_accept = !shared.config.server.defer_accept.0.is_zero();
     // A reactor: what may wait for a disk goes to the I/O pool.
@@ -155,13 +160,19 @@ pub fn run(
                 }
                 token if listening.ready(token) => {}
                 Token(t) => {
-                    let key = t / 2;
+                    let (key, backend) = match t.checked_sub(LINKS) {
+                        Some(link) => match links.report(link) {
+                            Some(key) => (key, true),
+                            None => continue,
+                        },
+                        None => (t / 2, t % 2 == 1),
+                    };
                     let readable = event.is_readable() || event.is_error();
                     let read_closed = event.is_read_closed();
                     let writable = event.is_writable() || event.is_write_closed() || event.is_error();
                     let hangup = event.is_error() || (read_closed && event.is_write_closed());
                     if let Some(conn) = conns.get_mut(key) {
-                        let status = if t % 2 == 1 {
+                        let status = if backend {
                             front::guarded(&mut w, conn, |c, w| {
                                 c.on_backend_ready(shared, w, readable, writable, read_closed)
                             })
@@ -298,10 +309,49 @@ fn register(poll: &Poll, conn: &Conn, key: usize) -> bool {
     }
 }
 
+/// Which connection each pooled FastCGI connection in the reactor's set
+/// reports to, by link id: so a link passed from one request to the next
+/// on the reactor stays registered as it is, where a token naming the
+/// connection would cost an `epoll_ctl` per request (with more clients
+/// than links, a link serves another connection almost every time).
+/// Shared by the loop and its watcher, on one thread.
+struct Links(Box<[AtomicUsize]>);
+
+/// A link's entry when it is nobody's, and when something was reported
+/// for it since.
+const NOBODY: usize = usize::MAX;
+const REPORTED: usize = usize::MAX - 1;
+
+impl Links {
+    fn new(count: usize) -> Links {
+        Links((0..count).map(|_| AtomicUsize::new(NOBODY)).collect())
+    }
+
+    /// The connection link `link`'s event is for; none when it is nobody's
+    /// (then remembered for the next to take it).
+    fn report(&self, link: usize) -> Option<usize> {
+        let entry = self.0.get(link)?;
+        match entry.load(Relaxed) {
+            NOBODY | REPORTED => {
+                entry.store(REPORTED, Relaxed);
+                None
+            }
+            key => Some(key),
+        }
+    }
+
+    /// Link `link` reports to `conn` from now on (or to nobody): whether
+    /// something was reported while it was nobody's.
+    fn give(&self, link: usize, conn: usize) -> bool {
+        self.0[link].swap(conn, Relaxed) == REPORTED
+    }
+}
+
 /// Backend descriptors join the worker's epoll set next to its sockets.
 struct EpollWatcher {
     registry: mio::Registry,
     doorbell: Arc<Doorbell>,
+    links: Arc<Links>,
 }
 
 impl Watcher for EpollWatcher {
@@ -310,15 +360,25 @@ impl Watcher for EpollWatcher {
         self.registry.register(&mut SourceFd(&raw), Token(conn * 2 + 1), Interest::READABLE | Interest::WRITABLE)
     }
 
-    fn watch_socket(&self, conn: usize, fd: BorrowedFd<'_>, write: bool, again: bool) -> io::Result<()> {
+    fn watch_link(&self, conn: usize, link: usize, fd: BorrowedFd<'_>, write: bool, again: bool) -> io::Result<bool> {
+        if again && !write {
+            return Ok(self.links.give(link, conn));
+        }
         let raw = fd.as_raw_fd();
         let interest = if write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-        let token = Token(conn * 2 + 1);
+        let token = Token(LINKS + link);
         if again {
-            self.registry.reregister(&mut SourceFd(&raw), token, interest)
+            self.registry.reregister(&mut SourceFd(&raw), token, interest)?;
         } else {
-            self.registry.register(&mut SourceFd(&raw), token, interest)
+            self.registry.register(&mut SourceFd(&raw), token, interest)?;
         }
+        // Readiness is reported afresh by the change.
+        self.links.give(link, conn);
+        Ok(false)
+    }
+
+    fn leave_link(&self, link: usize) {
+        self.links.give(link, NOBODY);
     }
 
     fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
@@ -337,4 +397,27 @@ fn close(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize
     front::forget(shared, w, conn.peer());
     // Closing the descriptor also removes it from the epoll set.
     conn.recycle(w);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_reports_to_its_connection_and_keeps_what_came_while_it_was_nobodys() {
+        let links = Links::new(2);
+        // Nobody's at first: an event is kept for the next to take it.
+        assert_eq!(links.report(1), None);
+        assert!(links.give(1, 7), "the event while nobody's");
+        assert_eq!(links.report(1), Some(7));
+        // Left between requests, taken by another connection quietly.
+        assert!(!links.give(1, NOBODY));
+        assert!(!links.give(1, 9));
+        assert_eq!(links.report(1), Some(9));
+        // The other link is apart; an id past the table is nobody's.
+        assert_eq!(links.report(0), None);
+        assert_eq!(links.report(2), None);
+        assert!(!links.give(1, NOBODY));
+        assert!(links.give(0, 4));
+    }
 }

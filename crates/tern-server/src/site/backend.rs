@@ -106,17 +106,14 @@ impl Job {
 
     /// Ends the job: `abandon` when its response is not wanted (failed,
     /// redirected, timed out, client gone) — the program is killed, the
-    /// FastCGI connection closed. A CGI program is always reaped. True
-    /// when a FastCGI connection stays watched for this client connection
-    /// (see [`Affinity`](super::fastcgi::Affinity)).
-    pub fn end(&mut self, w: &mut Worker<'_>, abandon: bool) -> bool {
+    /// FastCGI connection closed. A CGI program is always reaped.
+    pub fn end(&mut self, w: &mut Worker<'_>, abandon: bool) {
         match self {
             Job::Cgi(r) => {
                 if abandon {
                     reaper::kill(r.pid());
                 }
                 w.reaper.collect(r.pid(), w.now, &w.server.cgi_running);
-                false
             }
             Job::FastCgi(x) => x.end(w, abandon),
         }

@@ -107,12 +107,12 @@ impl Site {
     }
 
     /// Answers `req` (whose body, if any, is `body`: a backend takes it)
-    /// into `reply`, for client connection `asker`.
+    /// into `reply`.
     pub fn respond(
         &self,
         req: &Request<'_>,
         body: &mut Spool,
-        (ends, asker): (Ends<'_>, fastcgi::Affinity),
+        ends: Ends<'_>,
         reply: &mut Reply<'_>,
         w: &mut Worker<'_>,
     ) -> Answer {
@@ -157,7 +157,6 @@ impl Site {
                     peer: ends.peer(),
                     local: ends.local(),
                     doorbell: w.watcher.doorbell(),
-                    asker,
                 };
                 return match fastcgi::start(req, launch) {
                     Ok(exchange) => Answer::Backend(Job::FastCgi(Box::new(exchange))),

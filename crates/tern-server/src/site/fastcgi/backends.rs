@@ -40,6 +40,8 @@ pub struct Backend {
 /// The `[fastcgi]` configuration, prepared once.
 pub struct Settings {
     pub backends: Vec<Arc<Backend>>,
+    /// How many places all pools have: their ids are below.
+    pub links: usize,
 }
 
 /// A request routed to a backend: the backend and the length of the
@@ -52,6 +54,7 @@ pub struct Route {
 impl Settings {
     pub fn new(config: &Config) -> io::Result<Settings> {
         let mut backends = Vec::new();
+        let mut links = 0;
         for (name, b) in &config.fastcgi.backends {
             let root = match &b.root {
                 Some(r) => r.clone(),
@@ -59,7 +62,7 @@ impl Settings {
             };
             backends.push(Arc::new(Backend {
                 name: name.clone(),
-                pool: Pool::new(b.address.clone(), b.max_connections.0),
+                pool: Pool::new(b.address.clone(), b.max_connections.0, links),
                 extensions: b.extensions.iter().map(|e| e.trim_start_matches('.').to_string()).collect(),
                 prefixes: b.prefixes.iter().map(|p| p.0.trim_matches('/').as_bytes().to_vec()).collect(),
                 split: b.split_path_info.0.clone(),
@@ -71,8 +74,9 @@ impl Settings {
                 read_timeout: b.read_timeout.0,
                 queue_timeout: b.queue_timeout.0,
             }));
+            links += b.max_connections.0;
         }
-        Ok(Settings { backends })
+        Ok(Settings { backends, links })
     }
 
     /// The backend for the normalised path `rel`, if any; `scratch` holds
@@ -151,7 +155,7 @@ mod tests {
     fn backend(pattern: &str) -> Backend {
         Backend {
             name: "php".into(),
-            pool: Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 1),
+            pool: Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 1, 0),
             extensions: vec!["php".into()],
             prefixes: Vec::new(),
             split: Pattern::parse(pattern).unwrap().0,

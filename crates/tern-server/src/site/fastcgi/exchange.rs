@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tern_http::Request;
 
 use super::backends::Backend;
-use super::pool::{Affinity, Checkout, Grant, Link, Ticket, NO_KEY};
+use super::pool::{Checkout, Grant, Link, Ticket};
 use super::proto::{self, Decoder, Event, ID, MAX_CONTENT, REQUEST_COMPLETE, STDIN};
 use super::reply::ReplyReader;
 use crate::body::OutQueue;
@@ -96,16 +96,14 @@ pub struct Exchange {
     /// The link is in the reactor's epoll set already (watched for this
     /// request, or still for the one before it on the same reactor).
     registered: bool,
-    /// Its watch names this very connection: watched for it by this
-    /// exchange, or kept for it since its last request with nothing
-    /// reported since (then [`Exchange::watch`] has nothing to change).
-    watched_here: bool,
     /// It is watched for room to write too (only once a write would block,
     /// or while a TCP connect is in progress).
     watched_for_room: bool,
-    /// Whether this exchange holds one of the pool's places (a connection
-    /// open or being opened).
-    placed: bool,
+    /// The backend closed its side of the link: it serves no other request.
+    hung_up: bool,
+    /// The id of the pool's place this exchange holds (a connection open
+    /// or being opened), if any.
+    place: Option<usize>,
     /// The link came kept-alive from the pool.
     reused: bool,
     retried: bool,
@@ -133,26 +131,24 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// Takes a connection for the request of client connection `asker`
-    /// (`doorbell`: the reactor's, to be rung when a connection is granted
-    /// after a wait).
+    /// Takes a connection for the request (`doorbell`: the reactor's, to be
+    /// rung when a connection is granted after a wait).
     pub fn start(
         backend: Arc<Backend>,
         req: &Request<'_>,
         records: Vec<u8>,
         upload: Option<Upload>,
         doorbell: Option<&Arc<Doorbell>>,
-        asker: Affinity,
     ) -> Result<Exchange, u16> {
-        let checkout = backend.pool.checkout(doorbell, asker.key);
+        let checkout = backend.pool.checkout(doorbell);
         let mut x = Exchange {
             backend,
             stage: Stage::Talking,
             link: None,
             registered: false,
-            watched_here: false,
             watched_for_room: false,
-            placed: false,
+            hung_up: false,
+            place: None,
             reused: false,
             retried: false,
             records,
@@ -167,13 +163,14 @@ impl Exchange {
             received: false,
             reusable: false,
             since: Instant::now(),
-            key: asker.key,
+            // Set by [`Exchange::watch`], before any use.
+            key: 0,
             request_line: req.request_line.to_string(),
         };
         match checkout {
-            Ok(Checkout::Idle(link)) => x.adopt(link, asker.quiet),
-            Ok(Checkout::Connect) => {
-                x.placed = true;
+            Ok(Checkout::Idle(link)) => x.adopt(link),
+            Ok(Checkout::Connect(id)) => {
+                x.place = Some(id);
                 x.open()?;
             }
             Ok(Checkout::Wait(ticket)) => x.stage = Stage::Queued(ticket),
@@ -186,17 +183,14 @@ impl Exchange {
     }
 
     /// Starts talking on a kept-alive connection (reading into its buffer).
-    /// `quiet`: nothing was reported for this connection since its last
-    /// request (see [`Affinity`]).
-    fn adopt(&mut self, link: Link, quiet: bool) {
+    fn adopt(&mut self, link: Link) {
         self.backend.pool.stats.reused.fetch_add(1, Relaxed);
         self.link = Some(link.fd);
         // Left by a request of this reactor, its watch is moved here.
         self.registered = link.home.is_some();
-        self.watched_here = quiet && self.registered && link.last_key == self.key;
         self.input = link.buf;
         self.reply = ReplyReader::new(self.backend.peek_replies, link.owed);
-        self.placed = true;
+        self.place = Some(link.id);
         self.reused = true;
         self.stage = Stage::Talking;
         self.may_write = true;
@@ -209,7 +203,7 @@ impl Exchange {
         self.reply = ReplyReader::new(self.backend.peek_replies, 0);
         self.received = false;
         self.registered = false;
-        self.watched_here = false;
+        self.hung_up = false;
         match self.backend.pool.connect() {
             Ok((fd, connected)) => {
                 self.link = Some(fd);
@@ -219,8 +213,9 @@ impl Exchange {
             }
             Err(e) => {
                 log!(Level::Error, "FastCGI backend {}: cannot connect: {e}", self.backend.name);
-                self.placed = false;
-                self.backend.pool.release();
+                if let Some(id) = self.place.take() {
+                    self.backend.pool.release(id);
+                }
                 self.backend.pool.stats.failed.fetch_add(1, Relaxed);
                 Err(502)
             }
@@ -244,17 +239,10 @@ impl Exchange {
             },
             (stage, Some(fd)) => {
                 let write = matches!(stage, Stage::Connecting);
-                if self.watched_here && !write {
-                    return Ok(());
-                }
-                // Changed otherwise, even when this connection is the one
-                // it was watched for: the change reports what the backend
-                // did while the link was idle (php-fpm shuts a recycled
-                // child's connection down, then waits for it to be
-                // closed).
-                let watched = w.watcher.watch_socket(key, fd.as_fd(), write, self.registered);
-                self.watched_here = watched.is_ok();
-                watched?;
+                let id = self.place.expect("a link without its place");
+                // What the backend did while the link was idle (php-fpm
+                // closes a recycled child's connection) is read at once.
+                self.may_read = w.watcher.watch_link(key, id, fd.as_fd(), write, self.registered)?;
                 self.registered = true;
                 self.watched_for_room = write;
                 Ok(())
@@ -282,9 +270,9 @@ impl Exchange {
         self.may_read |= readable || closed;
         self.may_write |= writable;
         // The backend shut its side down, maybe with the reply's last
-        // bytes (php-fpm recycling a child): the next request on this link
-        // must have its watch changed, which reports the shutdown again.
-        self.watched_here &= !closed;
+        // bytes (php-fpm recycling a child): the link is not kept, as the
+        // next request on it would hear of the shutdown no more.
+        self.hung_up |= closed;
     }
 
     /// Whether [`Exchange::pump`] has something to do.
@@ -317,9 +305,9 @@ impl Exchange {
                 // The ticket (and any eventfd, and so its watch) ends here.
                 self.stage = Stage::Talking;
                 match grant {
-                    Grant::Idle(link) => self.adopt(link, false),
-                    Grant::Permit => {
-                        self.placed = true;
+                    Grant::Idle(link) => self.adopt(link),
+                    Grant::Permit(id) => {
+                        self.place = Some(id);
                         if let Err(status) = self.open() {
                             return Pump::Fail(status);
                         }
@@ -397,7 +385,8 @@ impl Exchange {
                     self.may_write = false;
                     if !self.watched_for_room {
                         // Told when there is room again from now on.
-                        if let Err(e) = w.watcher.watch_socket(self.key, fd.as_fd(), true, true) {
+                        let id = self.place.expect("a link without its place");
+                        if let Err(e) = w.watcher.watch_link(self.key, id, fd.as_fd(), true, true) {
                             log!(Level::Error, "cannot watch a FastCGI connection: {e}");
                             return Pump::Fail(502);
                         }
@@ -555,31 +544,27 @@ impl Exchange {
     /// back to the pool (unless `close`); anything else is closed, which
     /// also tells the backend to abandon the request. A link that stays on
     /// this reactor (idle, or to a request waiting here) stays in its epoll
-    /// set, watched for this connection until another takes it: true then
-    /// (the connection's next request may find it still quiet, see
-    /// [`Affinity`]).
-    pub fn end(&mut self, w: &Worker<'_>, close: bool) -> bool {
-        if close || !self.reusable {
-            return false;
+    /// set, watched for nobody until another request takes it.
+    pub fn end(&mut self, w: &Worker<'_>, close: bool) {
+        if close || !self.reusable || self.hung_up {
+            return;
         }
-        let Some(fd) = self.link.take() else { return false };
-        self.placed = false;
+        let Some(fd) = self.link.take() else { return };
+        let id = self.place.take().expect("a link without its place");
         let buf = std::mem::take(&mut self.input);
         let pool = &self.backend.pool;
         // Kept in the set only as it is between requests: read-only.
         let home = w.watcher.doorbell().filter(|_| self.registered && !self.watched_for_room).cloned();
-        if home.is_none() && self.registered {
+        if home.is_some() {
+            w.watcher.leave_link(id);
+        } else if self.registered {
             let _ = w.watcher.unwatch(fd.as_fd());
         }
-        let watched = home.is_some() && self.watched_here;
-        let last_key = if self.watched_here { self.key } else { NO_KEY };
         let owed = self.reply.owed();
-        if let Some(link) = pool.give_back(Link { fd, buf, home, last_key, owed }) {
+        if let Some(link) = pool.give_back(Link { id, fd, buf, home, owed }) {
             let _ = w.watcher.unwatch(link.fd.as_fd());
             pool.put_back(Link { home: None, ..link });
-            return false;
         }
-        watched
     }
 }
 
@@ -590,8 +575,8 @@ impl Drop for Exchange {
         }
         // Closing the socket ends its watch too.
         self.link = None;
-        if self.placed {
-            self.backend.pool.release();
+        if let Some(id) = self.place {
+            self.backend.pool.release(id);
         }
     }
 }

@@ -15,7 +15,6 @@ use super::cgi::{self, Meta};
 use crate::spool::Spool;
 pub use backends::{Route, Settings};
 use exchange::Exchange;
-pub use pool::Affinity;
 use proto::ID;
 
 /// What a request needs to start an exchange, beyond the request itself.
@@ -31,8 +30,6 @@ pub struct Launch<'a> {
     pub local: std::net::SocketAddr,
     /// The reactor's doorbell (see [`pool`]), if the engine has one.
     pub doorbell: Option<&'a std::sync::Arc<crate::worker::Doorbell>>,
-    /// The client connection asking.
-    pub asker: Affinity,
 }
 
 /// Encodes the request's records (with a body held in memory; a spooled
@@ -70,5 +67,5 @@ pub fn start(req: &Request<'_>, l: Launch<'_>) -> Result<Exchange, u16> {
             None
         }
     };
-    Exchange::start(backend, req, records, upload, l.doorbell, l.asker)
+    Exchange::start(backend, req, records, upload, l.doorbell)
 }

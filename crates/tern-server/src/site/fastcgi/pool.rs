@@ -10,13 +10,15 @@
 //! wait never blocks a reactor and no worker looks at another's
 //! connections.
 //!
-//! A connection handed straight to a request of the same reactor, or left
-//! idle, stays in that reactor's epoll set: the next request of that
-//! reactor moves it to its token (one system call instead of two). One
-//! that goes to another worker's waiting request leaves the set first; an
-//! idle one another worker takes is taken out by that worker (through the
-//! reactor's doorbell). So a link given to a request is watched by that
-//! request's reactor or by none.
+//! Each place in a pool (a connection open or being opened) has an id,
+//! unique across all backends' pools, which names its connection in a
+//! reactor's epoll set. A connection handed to a request of the same
+//! reactor, or left idle, stays in that set: the next request of that
+//! reactor takes it over with no system call. One that goes to another
+//! worker's waiting request leaves the set first; an idle one another
+//! worker takes is taken out by that worker (through the reactor's
+//! doorbell). So a link given to a request is watched by that request's
+//! reactor or by none.
 //!
 //! Crossing to another reactor costs both of them system calls and the
 //! other a wake-up, so a connection freed on a reactor goes to the first
@@ -41,38 +43,25 @@ use crate::worker::Doorbell;
 /// A kept-alive connection and the buffer its replies are read into,
 /// which stays with it so an exchange on it allocates none.
 pub struct Link {
+    /// Its place's id (see the module's comment).
+    pub id: usize,
     pub fd: OwnedFd,
     pub buf: Vec<u8>,
     /// The reactor whose epoll set still holds it (for the request that
     /// used it last), known by its doorbell.
     pub home: Option<Arc<Doorbell>>,
-    /// The key of the client connection it is watched for there (its
-    /// token names that connection).
-    pub last_key: usize,
     /// Bytes of its last reply still queued on it (see [`ReplyReader`]).
     ///
     /// [`ReplyReader`]: super::reply::ReplyReader
     pub owed: usize,
 }
 
-/// The client connection asking for a link: its key in its engine, and
-/// whether the link it used last is still watched for it with nothing
-/// reported since (its own account: [`Exchange::end`]). Taking that link
-/// again then needs no change to the watch, so no system call.
-///
-/// [`Exchange::end`]: super::exchange::Exchange::end
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Affinity {
-    pub key: usize,
-    pub quiet: bool,
-}
-
 /// What a freed place in the pool becomes for a waiting request.
 pub enum Grant {
     /// A kept-alive connection.
     Idle(Link),
-    /// Room to open a new one.
-    Permit,
+    /// Room to open a new one: a place, by its id.
+    Permit(usize),
 }
 
 /// A request waiting for a connection.
@@ -90,9 +79,8 @@ enum Notify {
     Bell(Arc<Doorbell>, AtomicUsize),
 }
 
-/// The connection key of a ticket not yet claimed by its connection, or of
-/// a link whose watch names no connection for sure.
-pub const NO_KEY: usize = usize::MAX;
+/// The connection key of a ticket not yet claimed by its connection.
+const NO_KEY: usize = usize::MAX;
 
 impl Ticket {
     /// What the waiting request's worker watches: the eventfd of a thread
@@ -124,8 +112,8 @@ impl Ticket {
 /// What [`Pool::checkout`] found.
 pub enum Checkout {
     Idle(Link),
-    /// A place is reserved: open a connection ([`Pool::connect`]).
-    Connect,
+    /// A place (its id) is reserved: open a connection ([`Pool::connect`]).
+    Connect(usize),
     Wait(Arc<Ticket>),
 }
 
@@ -148,8 +136,9 @@ pub struct Stats {
 #[derive(Default)]
 struct State {
     idle: Vec<Link>,
-    /// Connections open or being opened (idle ones included).
-    open: usize,
+    /// The ids of the places not taken by a connection open or being
+    /// opened (idle ones are taken).
+    free: Vec<usize>,
     waiting: VecDeque<Arc<Ticket>>,
     /// How many times the first waiting request was passed over for a
     /// later one of the reactor that freed a connection.
@@ -182,8 +171,10 @@ pub struct Snapshot {
 }
 
 impl Pool {
-    pub fn new(address: FastCgiAddress, cap: usize) -> Pool {
-        Pool { address, cap, state: Mutex::new(State::default()), stats: Stats::default() }
+    /// A pool of `cap` places, with ids from `first` on.
+    pub fn new(address: FastCgiAddress, cap: usize, first: usize) -> Pool {
+        let free = (first..first + cap).rev().collect();
+        Pool { address, cap, state: Mutex::new(State { free, ..State::default() }), stats: Stats::default() }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -192,13 +183,11 @@ impl Pool {
 
     /// An idle connection, a place to open one, or a place in the queue
     /// (told by `doorbell`, the waiting worker's when it is a reactor).
-    /// Connection `key` gets back the link it used last when it is idle.
-    pub fn checkout(&self, doorbell: Option<&Arc<Doorbell>>, key: usize) -> io::Result<Checkout> {
+    pub fn checkout(&self, doorbell: Option<&Arc<Doorbell>>) -> io::Result<Checkout> {
         let mut s = self.state();
-        // Best the one this reactor watches for this connection already,
-        // then one it watches for another, then one nobody watches.
+        // Best one this reactor watches already, then one nobody watches.
         let home = |l: &Link| match (&l.home, doorbell) {
-            (Some(h), Some(d)) if Arc::ptr_eq(h, d) => 2 + usize::from(l.last_key == key),
+            (Some(h), Some(d)) if Arc::ptr_eq(h, d) => 2,
             (None, _) => 1,
             _ => 0,
         };
@@ -212,9 +201,8 @@ impl Pool {
             }
             return Ok(Checkout::Idle(link));
         }
-        if s.open < self.cap {
-            s.open += 1;
-            return Ok(Checkout::Connect);
+        if let Some(id) = s.free.pop() {
+            return Ok(Checkout::Connect(id));
         }
         let notify = match doorbell {
             Some(bell) => Notify::Bell(bell.clone(), AtomicUsize::new(NO_KEY)),
@@ -274,12 +262,12 @@ impl Pool {
     }
 
     /// A connection was closed (or a reserved place not used): its place
-    /// goes to the first waiting request.
-    pub fn release(&self) {
+    /// `id` goes to the first waiting request.
+    pub fn release(&self, id: usize) {
         let mut s = self.state();
         match s.pop_front() {
-            Some(t) => hand(&t, Grant::Permit),
-            None => s.open -= 1,
+            Some(t) => hand(&t, Grant::Permit(id)),
+            None => s.free.push(id),
         }
     }
 
@@ -297,7 +285,7 @@ impl Pool {
             Some(Grant::Idle(link)) if link.home.is_none() => self.put_back(link),
             // One still in its reactor's epoll set, which only that reactor
             // may change: closed, and its place passed on.
-            Some(Grant::Idle(_) | Grant::Permit) => self.release(),
+            Some(Grant::Idle(Link { id, .. }) | Grant::Permit(id)) => self.release(id),
             None => {}
         }
     }
@@ -324,7 +312,7 @@ impl Pool {
 
     pub fn snapshot(&self) -> Snapshot {
         let s = self.state();
-        Snapshot { open: s.open, idle: s.idle.len(), waiting: s.waiting.len() }
+        Snapshot { open: self.cap - s.free.len(), idle: s.idle.len(), waiting: s.waiting.len() }
     }
 
     pub fn cap(&self) -> usize {
@@ -357,12 +345,12 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     fn pool(cap: usize) -> Pool {
-        Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), cap)
+        Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), cap, 0)
     }
 
     fn link(home: Option<&Arc<Doorbell>>) -> Link {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        Link { fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), last_key: 0, owed: 0 }
+        Link { id: 0, fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), owed: 0 }
     }
 
     fn rung(bell: &Doorbell) -> Vec<usize> {
@@ -378,38 +366,48 @@ mod tests {
 
     #[test]
     fn never_past_the_cap_and_first_come_first_served() {
-        let p = pool(2);
-        assert!(matches!(p.checkout(None, 0).unwrap(), Checkout::Connect));
-        assert!(matches!(p.checkout(None, 0).unwrap(), Checkout::Connect));
-        let Checkout::Wait(first) = p.checkout(None, 0).unwrap() else { panic!("a third request must wait") };
-        let Checkout::Wait(second) = p.checkout(None, 0).unwrap() else { panic!("a fourth request must wait") };
+        // The second backend's pool: its places are 3 and 4.
+        let p = Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 2, 3);
+        let Checkout::Connect(a) = p.checkout(None).unwrap() else { panic!("a place") };
+        let Checkout::Connect(b) = p.checkout(None).unwrap() else { panic!("a place") };
+        assert_eq!((a, b), (3, 4));
+        let Checkout::Wait(first) = p.checkout(None).unwrap() else { panic!("a third request must wait") };
+        let Checkout::Wait(second) = p.checkout(None).unwrap() else { panic!("a fourth request must wait") };
         assert_eq!(p.snapshot().waiting, 2);
         assert!(!readable(first.fd().unwrap()));
 
         // A kept-alive connection goes to the first waiter, woken.
-        p.put_back(link(None));
+        p.put_back(Link { id: a, ..link(None) });
         assert!(readable(first.fd().unwrap()));
-        assert!(matches!(first.take(), Some(Grant::Idle(_))));
+        assert!(matches!(first.take(), Some(Grant::Idle(Link { id: 3, .. }))));
         assert!(!readable(second.fd().unwrap()));
-        // A closed one leaves a permit to the next; the count stays at 2.
-        p.release();
+        // A closed one leaves its place to the next; the count stays at 2.
+        p.release(b);
         assert!(readable(second.fd().unwrap()));
-        assert!(matches!(second.take(), Some(Grant::Permit)));
+        assert!(matches!(second.take(), Some(Grant::Permit(4))));
         assert_eq!(p.snapshot().open, 2);
-        p.release();
-        p.release();
+        p.release(a);
+        p.release(b);
         assert_eq!(p.snapshot().open, 0);
+        // Freed places are taken again.
+        let ids: Vec<_> = (0..2)
+            .map(|_| match p.checkout(None).unwrap() {
+                Checkout::Connect(id) => id,
+                _ => panic!("a free place"),
+            })
+            .collect();
+        assert_eq!(ids, [4, 3]);
     }
 
     #[test]
     fn a_cancelled_wait_passes_its_grant_on() {
         let p = pool(1);
-        assert!(matches!(p.checkout(None, 0).unwrap(), Checkout::Connect));
-        let Checkout::Wait(gone) = p.checkout(None, 0).unwrap() else { panic!() };
-        let Checkout::Wait(next) = p.checkout(None, 0).unwrap() else { panic!() };
-        p.release(); // to `gone`, which gives up without using it
+        assert!(matches!(p.checkout(None).unwrap(), Checkout::Connect(0)));
+        let Checkout::Wait(gone) = p.checkout(None).unwrap() else { panic!() };
+        let Checkout::Wait(next) = p.checkout(None).unwrap() else { panic!() };
+        p.release(0); // to `gone`, which gives up without using it
         p.cancel(&gone);
-        assert!(matches!(next.take(), Some(Grant::Permit)));
+        assert!(matches!(next.take(), Some(Grant::Permit(0))));
         p.cancel(&next); // nothing to pass on
         assert_eq!(p.snapshot().waiting, 0);
         assert_eq!(p.snapshot().open, 1);
@@ -427,9 +425,9 @@ mod tests {
     fn a_reactor_waits_on_its_doorbell_and_keeps_what_it_watches() {
         let p = pool(1);
         let ((here, _), (there, _)) = (bell(), bell());
-        assert!(matches!(p.checkout(Some(&here), 0).unwrap(), Checkout::Connect));
-        let Checkout::Wait(first) = p.checkout(Some(&here), 0).unwrap() else { panic!() };
-        let Checkout::Wait(second) = p.checkout(Some(&there), 0).unwrap() else { panic!() };
+        assert!(matches!(p.checkout(Some(&here)).unwrap(), Checkout::Connect(_)));
+        let Checkout::Wait(first) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        let Checkout::Wait(second) = p.checkout(Some(&there)).unwrap() else { panic!() };
         assert!(first.fd().is_none(), "no descriptor per wait on a reactor");
         assert!(!first.ring_for(7) && !second.ring_for(9));
 
@@ -450,19 +448,19 @@ mod tests {
 
         // A grant before the connection claimed its ticket rings nobody;
         // the claim says it came.
-        let Checkout::Wait(late) = p.checkout(Some(&here), 0).unwrap() else { panic!() };
-        p.release();
+        let Checkout::Wait(late) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        p.release(0);
         assert!(rung(&here).is_empty());
         assert!(late.ring_for(3));
         // A waiter that gives up on a connection still watched closes it:
         // its place goes on.
-        let Checkout::Wait(gone) = p.checkout(Some(&here), 0).unwrap() else { panic!() };
-        let Checkout::Wait(next) = p.checkout(Some(&here), 0).unwrap() else { panic!() };
+        let Checkout::Wait(gone) = p.checkout(Some(&here)).unwrap() else { panic!() };
+        let Checkout::Wait(next) = p.checkout(Some(&here)).unwrap() else { panic!() };
         assert!(!gone.ring_for(4) && !next.ring_for(5));
         assert!(p.give_back(link(Some(&here))).is_none());
         p.cancel(&gone);
         assert_eq!(rung(&here), [4, 5]);
-        assert!(matches!(next.take(), Some(Grant::Permit)));
+        assert!(matches!(next.take(), Some(Grant::Permit(0))));
     }
 
     #[test]
@@ -470,10 +468,10 @@ mod tests {
         let p = pool(2);
         let ((here, _), (there, _)) = (bell(), bell());
         for _ in 0..2 {
-            assert!(matches!(p.checkout(Some(&here), 0).unwrap(), Checkout::Connect));
+            assert!(matches!(p.checkout(Some(&here)).unwrap(), Checkout::Connect(_)));
         }
         let wait = |bell: &Arc<Doorbell>, key: usize| {
-            let Checkout::Wait(t) = p.checkout(Some(bell), 0).unwrap() else { panic!("past the cap") };
+            let Checkout::Wait(t) = p.checkout(Some(bell)).unwrap() else { panic!("past the cap") };
             assert!(!t.ring_for(key));
             t
         };
@@ -518,48 +516,25 @@ mod tests {
         assert_eq!(p.snapshot().idle, 2);
         // Each reactor gets back the one it watches, untouched.
         for (bell, fd) in [(&there, theirs), (&here, mine)] {
-            let Checkout::Idle(l) = p.checkout(Some(bell), 0).unwrap() else { panic!("idle") };
+            let Checkout::Idle(l) = p.checkout(Some(bell)).unwrap() else { panic!("idle") };
             assert_eq!(l.fd.as_raw_fd(), fd);
             assert!(l.home.as_ref().is_some_and(|h| Arc::ptr_eq(h, bell)));
             assert!(p.give_back(l).is_none());
         }
         assert!(here_forgot.lock().unwrap().is_empty() && there_forgot.lock().unwrap().is_empty());
         // One watched elsewhere is taken out of that reactor's set first.
-        let Checkout::Idle(a) = p.checkout(Some(&there), 0).unwrap() else { panic!("idle") };
-        let Checkout::Idle(b) = p.checkout(Some(&there), 0).unwrap() else { panic!("idle") };
+        let Checkout::Idle(a) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
+        let Checkout::Idle(b) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
         assert_eq!(a.fd.as_raw_fd(), theirs);
         assert!(b.home.is_none());
         assert_eq!(*here_forgot.lock().unwrap(), [mine]);
         // An unwatched one is preferred to another reactor's.
         left(&here);
         p.put_back(b);
-        let Checkout::Idle(l) = p.checkout(Some(&there), 0).unwrap() else { panic!("idle") };
+        let Checkout::Idle(l) = p.checkout(Some(&there)).unwrap() else { panic!("idle") };
         assert_eq!(l.fd.as_raw_fd(), mine);
         assert!(l.home.is_none());
         assert_eq!(here_forgot.lock().unwrap().len(), 1);
-    }
-
-    #[test]
-    fn a_connection_gets_back_the_link_watched_for_it() {
-        let p = pool(3);
-        let ((here, _), (there, _)) = (bell(), bell());
-        let left = |key: usize| {
-            let l = Link { last_key: key, ..link(Some(&here)) };
-            let fd = l.fd.as_raw_fd();
-            assert!(p.give_back(l).is_none());
-            fd
-        };
-        let (four, seven, nine) = (left(4), left(7), left(9));
-        for (key, fd) in [(7, seven), (4, four), (9, nine), (7, seven)] {
-            let Checkout::Idle(l) = p.checkout(Some(&here), key).unwrap() else { panic!("idle") };
-            assert_eq!(l.fd.as_raw_fd(), fd, "connection {key}");
-            assert_eq!(l.last_key, key);
-            assert!(p.give_back(l).is_none());
-        }
-        // Key 7 of another reactor names another connection: any link of
-        // this reactor's will do, it is taken out of the set first.
-        let Checkout::Idle(l) = p.checkout(Some(&there), 7).unwrap() else { panic!("idle") };
-        assert!(l.home.is_none());
     }
 
     #[test]
