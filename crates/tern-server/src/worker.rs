@@ -35,8 +35,8 @@ pub trait Watcher: Send {
     /// [`pool`]) for connection `conn`: for reading, and for writing only
     /// when `write` (a request to a backend is written as soon as it
     /// starts: a watch for room all along would only report each time the
-    /// backend reads). `again`: this watcher watches it already, left
-    /// read-only by a connection of its own or for this one's writing; a
+    /// backend reads). `again`: the link is in this watcher's set already
+    /// (left there read-only between requests, or watched for this one); a
     /// read-only watch then only changes whom it reports to, with no
     /// system call. True when something was reported for the link while it
     /// was nobody's (the backend may have closed it).

@@ -239,7 +239,7 @@ impl Exchange {
             },
             (stage, Some(fd)) => {
                 let write = matches!(stage, Stage::Connecting);
-                let id = self.place.expect("a link without its place");
+                let id = self.place_id();
                 // What the backend did while the link was idle (php-fpm
                 // closes a recycled child's connection) is read at once.
                 self.may_read = w.watcher.watch_link(key, id, fd.as_fd(), write, self.registered)?;
@@ -385,7 +385,7 @@ impl Exchange {
                     self.may_write = false;
                     if !self.watched_for_room {
                         // Told when there is room again from now on.
-                        let id = self.place.expect("a link without its place");
+                        let id = self.place_id();
                         if let Err(e) = w.watcher.watch_link(self.key, id, fd.as_fd(), true, true) {
                             log!(Level::Error, "cannot watch a FastCGI connection: {e}");
                             return Pump::Fail(502);
@@ -504,6 +504,11 @@ impl Exchange {
             return self.response.abandon();
         }
         Pump::Fail(502)
+    }
+
+    /// The id of the place a link is held in (there is no link without one).
+    fn place_id(&self) -> usize {
+        self.place.expect("a link without its place")
     }
 
     /// Whether request bytes remain to be written.

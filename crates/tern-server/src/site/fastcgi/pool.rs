@@ -1,6 +1,6 @@
 //! One backend's connections, shared by all workers: idle kept-alive
-//! connections, a count of open ones never past the cap, and a queue of
-//! requests waiting for one.
+//! connections, places (by id) for at most the cap of them open, and a
+//! queue of requests waiting for one.
 //!
 //! A waiting request holds a [`Ticket`]; whoever frees a connection (on
 //! any worker) hands it to the first ticket and rings the waiting worker's
