@@ -27,8 +27,7 @@ use tern_http::Method;
 
 use crate::access_log::Entry;
 use crate::body::{Flushed, OutQueue};
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::handover::Moved;
 use crate::metrics::TimeoutKind;
 use crate::offload::{Done, Task, Ticket};
@@ -73,7 +72,7 @@ enum Phase {
     Wait,
 }
 
-/// The clock a phase runs against (see `config::Timeouts`).
+/// The clock a phase runs against (see `limits::Timeouts`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Clock {
     Idle,
@@ -799,7 +798,7 @@ impl Conn {
         let b = self.backend.as_mut().expect("backend phase without a backend");
         let params = Params {
             date: w.date.http(),
-            server: &shared.config.server.server_header,
+            server: &shared.config.server_header,
             fields: Conn::fields(&self.tls),
             head_only: b.head_only,
             http10: b.http10,
@@ -863,7 +862,7 @@ impl Conn {
         self.out.clear();
         let params = Params {
             date: w.date.http(),
-            server: &w.config.server.server_header,
+            server: &w.config.server_header,
             fields: Conn::fields(&self.tls),
             head_only: b.head_only,
             http10: b.http10,
@@ -1139,7 +1138,7 @@ impl Conn {
         let mut reply = Reply::new(
             &mut self.out,
             w.date.http(),
-            &config.server.server_header,
+            &config.server_header,
             Conn::fields(&self.tls),
             req.method == Method::Head,
             req.version == Version::Http10,
@@ -1222,8 +1221,7 @@ impl Conn {
             self.out.adopt(w.pool.take());
         }
         let fields = Conn::fields(&self.tls);
-        let mut reply =
-            Reply::new(&mut self.out, w.date.http(), &config.server.server_header, fields, false, false, false);
+        let mut reply = Reply::new(&mut self.out, w.date.http(), &config.server_header, fields, false, false, false);
         reply.error(status);
         reply.finish();
         // Every answer counts, 408 and a bad body's 400/413 included.

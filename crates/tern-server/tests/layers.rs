@@ -15,11 +15,12 @@ use std::path::Path;
 /// (`site/cgi.rs` → `site`); `lib.rs` is the crate root, above all.
 const LAYERS: &[(&str, &[&str])] = &[
     ("composition root", &["server"]),
+    ("configuration", &["config"]),
     ("engines", &["engine"]),
     ("connection", &["conn", "request_body", "shared", "handover", "per_ip", "room"]),
     ("site", &["site"]),
     ("compression", &["compress"]),
-    ("what a worker lends, output", &["worker", "reply", "body", "tls", "static_io", "calibrate"]),
+    ("what a worker lends, output", &["worker", "reply", "body", "tls", "static_io", "calibrate", "limits"]),
     (
         "files and records",
         &[
@@ -31,7 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "service_records",
             "metrics",
             "error_log",
-            "config",
+            "values",
             "privileges",
             "listeners",
             "spool",
