@@ -15,8 +15,8 @@ use serde::Deserialize;
 use crate::error_log::Level;
 use crate::values::Bytes;
 
-/// `[log]`: where the logs go (this one, the service records of
-/// `service_records.rs` and the error log of `error_log.rs`).
+/// `[log]`: where the logs go: the access log, the service records and the
+/// error log.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Log {
@@ -24,10 +24,10 @@ pub struct Log {
     /// `"off"`. Default `"-"`.
     pub access: String,
     /// Access log bytes buffered per worker before a write; the buffer is
-    /// also flushed every second. Default `"64KiB"`.
+    /// also flushed every second and at exit. Default `"64KiB"`.
     pub access_buffer: Bytes,
-    /// Per-request service records (CSV, see `service_records.rs`): a
-    /// path or `"off"`; buffered per worker like the access log (by
+    /// Per-request service records (CSV rows: accept, start and end
+    /// times, status, bytes; see `service_records.rs`): a path or `"off"`; buffered per worker like the access log (by
     /// `access_buffer`). Default `"off"`.
     pub service_records: String,
     /// Error log: a path or `"-"` for stderr. Default `"-"`.

@@ -144,15 +144,17 @@ impl Default for Limits {
 pub struct Timeouts {
     /// Idle time allowed between keep-alive requests. Default `"15s"`.
     pub keepalive: Seconds,
-    /// Time for a request head to arrive. Default `"10s"`.
+    /// Time for a request head to arrive; more than 0. Default `"10s"`.
     pub header: Seconds,
-    /// Bytes/s that extend `header`. Default 500.
+    /// Bytes/s that extend `header`: 1 s more for every 500 bytes
+    /// received at the default. Default 500.
     pub header_min_rate: u64,
-    /// Time for a request body. Default `"10s"`.
+    /// Time for a request body, extended as `header` is. Default `"10s"`.
     pub body: Seconds,
     /// Bytes/s that extend `body`. Default 500.
     pub body_min_rate: u64,
-    /// Time for a response to be taken by a slow reader. Default `"10s"`.
+    /// Time for a response to be taken by a slow reader, extended as
+    /// `header` is. Default `"10s"`.
     pub send: Seconds,
     /// Bytes/s that extend `send`. Default 500.
     pub send_min_rate: u64,

@@ -26,8 +26,15 @@ use std::os::fd::AsRawFd;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-/// One `server.listen` entry: the addresses it names, all on one port (with
-/// port 0 the first address picks it and the others follow).
+/// One `server.listen` (or `tls.listen`, `tls.redirect`) entry: the
+/// addresses it names, all on one port (with port 0 the first address
+/// picks it and the others follow). Written as operators type it for
+/// nginx or Caddy: `"127.0.0.1:8080"` or `"[::1]:8080"` is that address,
+/// `"0.0.0.0:8080"` every IPv4 address, `"[::]:8080"` every IPv6 address,
+/// `"localhost:8080"` both loopback addresses (`127.0.0.1` and `::1`), and
+/// `"8080"`, `":8080"` or `"*:8080"` every IPv4 *and* IPv6 address
+/// (reachable from other machines). Other host names are refused: what a
+/// server listens on must not depend on DNS.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listen {
     pub addrs: Vec<SocketAddr>,
@@ -40,10 +47,7 @@ impl Listen {
     }
 }
 
-/// An address as operators type it for nginx or Caddy: `8080`, `:8080` and
-/// `*:8080` are every IPv4 and IPv6 address; `localhost:8080` is both
-/// loopback addresses; `IP:PORT` and `[IPv6]:PORT` are that address. Other
-/// host names are refused: a listen address must not depend on DNS.
+/// The forms of [`Listen`].
 impl std::str::FromStr for Listen {
     type Err = String;
     fn from_str(s: &str) -> Result<Listen, String> {

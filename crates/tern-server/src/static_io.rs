@@ -61,8 +61,11 @@ impl std::str::FromStr for IoMethod {
     }
 }
 
-/// `static.io`: one method for every file, or `"auto"`: per file-size class
-/// the method measured fastest on this host (`static_io.rs`).
+/// `static.io`: one method for every file — `"sendfile"` (zero-copy from
+/// the page cache), `"mmap"` (the file mapped once, written from the
+/// mapping) or `"read"` (`pread` into a buffer of `read_chunk` bytes) — or
+/// `"auto"`: per file-size class the method measured fastest on this host
+/// (`static_io.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoChoice {
     Auto,
@@ -101,7 +104,8 @@ impl<'de> Deserialize<'de> for IoChoice {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StaticFiles {
-    /// `"auto"` (default), `"sendfile"`, `"mmap"` or `"read"`.
+    /// How file bodies are sent: `"auto"` chooses per size class (see
+    /// [`IoChoice`]). Default `"auto"`.
     pub io: IoChoice,
     /// Upper bounds (inclusive) of the file-size classes `"auto"` chooses a
     /// method for; strictly ascending, at most 7. Default
@@ -145,7 +149,8 @@ pub struct StaticFiles {
     pub open_file_valid: Seconds,
     /// Charset appended to `text/*` types; empty for none. Default `"utf-8"`.
     pub charset: String,
-    /// Extra or overriding MIME types by extension: `{ "md" = "text/markdown" }`.
+    /// Extra or overriding MIME types by extension, e.g.
+    /// `{ md = "text/markdown" }`. Default `{}`.
     pub mime_types: BTreeMap<String, String>,
     /// Paths with a segment starting with `.` (`/.git/config`, `/a/.env`):
     /// `"deny"` answers them 404 (static files, CGI, FastCGI), `"allow"`

@@ -15,7 +15,8 @@ use crate::values::{first_broken, Bytes, Seconds};
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Compression {
-    /// Default true.
+    /// False: every response is sent identity, without `Vary`. Default
+    /// true.
     pub enabled: bool,
     /// Codings offered, in the order that breaks ties between equal
     /// q-values. Default `["br", "zstd", "gzip"]`.
@@ -32,8 +33,12 @@ pub struct Compression {
     /// sidecars still are served). Default `"8MiB"`.
     pub max_size: Bytes,
     /// MIME types compressed (without parameters); `type/*` matches a whole
-    /// family. Default: text, JavaScript, JSON, XML, SVG, wasm and fonts
-    /// that are not already compressed.
+    /// family. Default `["text/*", "application/javascript",
+    /// "application/json", "application/xml", "application/xhtml+xml",
+    /// "application/rss+xml", "application/atom+xml",
+    /// "application/manifest+json", "application/wasm", "image/svg+xml",
+    /// "image/x-icon", "font/ttf", "font/otf"]`: text, JavaScript, JSON,
+    /// XML, SVG, wasm and the fonts that are not compressed already.
     pub mime_types: Vec<String>,
     /// Hard cap on the compressed bytes held in memory. Default `"64MiB"`.
     pub cache_memory: Bytes,

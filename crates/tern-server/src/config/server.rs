@@ -22,29 +22,32 @@ use crate::values::{first_broken, Seconds};
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Server {
-    /// Addresses to listen on (see [`Listen`] for the forms). Default
-    /// `["127.0.0.1:8080"]`.
+    /// Addresses to listen on (see [`Listen`] for the forms); port 0 picks
+    /// a free port. Default `["127.0.0.1:8080"]`.
     pub listen: Vec<Listen>,
-    /// Document root; relative to the config file's directory.
-    /// Default: the current directory.
+    /// Document root; relative to the config file's directory. Default
+    /// `"."`: that directory (the current one without a file).
     pub root: PathBuf,
     /// Worker threads (one reactor each); 0 = the CPUs this process may use
-    /// (affinity mask and cgroup quota), at most [`MAX_WORKERS`]. Default 0.
+    /// (affinity mask and cgroup quota), at most 1024 ([`MAX_WORKERS`]).
+    /// Default 0.
     pub workers: usize,
     /// Concurrency model: who runs the connection code (SPEC 2.6).
     /// Default `"event"`.
     pub model: Model,
-    /// `pool`: the threads that serve connections while they have work.
-    /// Default 32.
+    /// `pool`: the threads that serve connections while they have work
+    /// (1–100000). Default 32.
     pub threads: usize,
     /// `per-request`: the most connection threads alive at once; past it a
-    /// new connection gets `503`. Default 5000.
+    /// new connection gets `503` and is closed (1–100000). Default 5000.
     pub max_threads: usize,
     /// The CPUs the server's threads run on (`sched_setaffinity`); empty =
-    /// wherever the process may run. With `workers = 0`, one worker per
-    /// CPU listed. Default `[]`.
+    /// wherever the process may run, e.g. `[0, 1]`. With `workers = 0`,
+    /// one worker per CPU listed. Default `[]`.
     pub cpus: Vec<usize>,
-    /// Open connections across all workers; past it a new connection gets
+    /// Open connections across all workers. At it, the longest-idle
+    /// keep-alive connection (this worker's, else another's) is closed to
+    /// make room for a new one; with none idle, the new connection gets
     /// `503` and is closed. Default 10000.
     pub max_connections: usize,
     /// Listen backlog. Default 1024.

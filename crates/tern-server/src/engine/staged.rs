@@ -49,20 +49,20 @@ pub const MAX_STAGE_QUEUE: usize = 1_000_000;
 #[serde(default, deny_unknown_fields)]
 pub struct Staged {
     /// Threads reading and parsing requests (and their bodies, and
-    /// lingering). Default 2.
+    /// lingering), 1–100000. Default 2.
     pub read_threads: usize,
     /// Threads answering requests: resolving and opening files, starting
-    /// CGI programs and FastCGI requests. Default 2.
+    /// CGI programs and FastCGI requests (1–100000). Default 2.
     pub handle_threads: usize,
     /// Threads sending answers; one relays a backend's output for as long
-    /// as the program runs, so these bound the backends served at once.
-    /// Default 16.
+    /// as the program runs, so these bound the backends served at once
+    /// (1–100000). Default 16.
     pub send_threads: usize,
     /// Threads writing service records and passing a connection on to its
-    /// next request or its close. Default 1.
+    /// next request or its close (1–100000). Default 1.
     pub log_threads: usize,
     /// Connections each stage's queue holds; when one is full, the stage
-    /// before it waits (nothing is dropped). Default 256.
+    /// before it waits (nothing is dropped), 1–1000000. Default 256.
     pub queue: usize,
 }
 

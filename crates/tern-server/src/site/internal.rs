@@ -23,13 +23,16 @@ use crate::worker::Worker;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Status {
-    /// Default true.
+    /// Whether the status page and the metrics are served. Default true.
     pub enabled: bool,
-    /// Default `"/_tern/status"`.
+    /// The JSON status page: a URL path (starting with `/`). Default
+    /// `"/_tern/status"`.
     pub path: String,
-    /// Default `"/metrics"`.
+    /// The metrics, in Prometheus text format: a URL path (starting with
+    /// `/`). Default `"/metrics"`.
     pub metrics_path: String,
-    /// Client networks allowed to read them. Default loopback only.
+    /// Client networks allowed to read them. Default
+    /// `["127.0.0.0/8", "::1/128"]`: loopback only.
     pub allow: Vec<Network>,
 }
 

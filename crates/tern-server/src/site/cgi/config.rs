@@ -12,15 +12,16 @@ use crate::values::{first_broken, Bytes, Seconds};
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Cgi {
-    /// URL path prefixes whose files are CGI programs, e.g. `["/cgi-bin"]`.
-    /// Default `["/cgi-bin"]`.
+    /// URL path prefixes whose files are CGI programs (never served as
+    /// files), e.g. `["/cgi-bin"]`. Default `["/cgi-bin"]`.
     pub directories: Vec<String>,
     /// File extensions run as CGI anywhere under the root, e.g. `[".cgi"]`.
     /// Default `[".cgi"]`.
     pub extensions: Vec<String>,
     /// Interpreter per extension: `{ py = "/usr/bin/python3" }`. A program
     /// without one is executed directly and must be executable.
-    /// Default: `.py` → python3, `.pl` → perl, `.sh` → sh, `.php` → php-cgi.
+    /// Default `{ py = "/usr/bin/python3", pl = "/usr/bin/perl",
+    /// sh = "/bin/sh", php = "/usr/bin/php-cgi" }`.
     pub interpreters: BTreeMap<String, String>,
     /// Wall-clock limit per request; past it the program's process group is
     /// killed and the client gets `504` (or, mid-body, a closed
@@ -34,7 +35,7 @@ pub struct Cgi {
     /// Default `["PATH", "LANG", "LC_ALL", "TZ"]`.
     pub pass_env: Vec<String>,
     /// Fixed variables for every program: `{ APP_MODE = "demo" }`
-    /// (meta-variables win over them). Default none.
+    /// (meta-variables win over them). Default `{}`.
     pub env: BTreeMap<String, String>,
     /// Bytes read from a program's output per read. Default `"64KiB"`.
     pub pipe_buffer: Bytes,

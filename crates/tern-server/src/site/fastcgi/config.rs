@@ -17,6 +17,7 @@ use crate::values::{NonZero, Seconds, UrlPrefix};
 #[serde(default, deny_unknown_fields)]
 pub struct FastCgi {
     /// `[fastcgi.backends.NAME]`, tried in name order for each request.
+    /// Default: none.
     pub backends: BTreeMap<String, FastCgiBackend>,
 }
 
@@ -26,11 +27,11 @@ pub struct FastCgi {
 pub struct FastCgiBackend {
     /// `"unix:/run/php/php-fpm.sock"` or `"127.0.0.1:9000"`. Required.
     pub address: FastCgiAddress,
-    /// Script extensions it runs, e.g. `[".php"]`. Default none.
+    /// Script extensions it runs, e.g. `[".php"]`. Default `[]`.
     #[serde(default)]
     pub extensions: Vec<String>,
     /// URL path prefixes it answers whatever the extension, e.g.
-    /// `["/app"]`. Default none.
+    /// `["/app"]`. Default `[]`.
     #[serde(default)]
     pub prefixes: Vec<UrlPrefix>,
     /// Splits a path into the script and `PATH_INFO` (two captures, as
@@ -47,7 +48,8 @@ pub struct FastCgiBackend {
     #[serde(default)]
     pub root: Option<PathBuf>,
     /// Connections open at once (the pool's size); a request past it waits
-    /// in a queue (`site/fastcgi/pool.rs`). Default 8.
+    /// in a queue (`site/fastcgi/pool.rs`); keep it at most php-fpm's
+    /// `pm.max_children`. Default 8.
     #[serde(default = "default_fastcgi_connections")]
     pub max_connections: NonZero,
     /// Keep connections open between requests (`FCGI_KEEP_CONN`).
@@ -85,7 +87,8 @@ fn default_queue_timeout() -> Seconds {
     Seconds(Duration::from_secs(5))
 }
 
-/// Where a FastCGI application listens.
+/// Where a FastCGI application listens: `"unix:/absolute/path"` (a Unix
+/// socket) or `"IP:PORT"`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FastCgiAddress {
     Unix(PathBuf),
