@@ -42,7 +42,8 @@ pub struct Tls {
     /// Default `[]`.
     pub listen: Vec<Listen>,
     /// Certificate chains with their keys (PEM files, relative to the
-    /// config file's directory). The first is the default, sent to a
+    /// config file's directory), e.g. `[{ cert = "a.pem", key = "a.key",
+    /// names = ["a.example"] }]`. The first is the default, sent to a
     /// client that names no host or one no entry lists. Default `[]`
     /// (needed when `listen` is set).
     pub certificates: Vec<TlsCertificate>,

@@ -455,10 +455,10 @@ impl Reference<'_> {
     /// The table's section: its doc, then each key.
     fn section(&self, out: &mut String, t: &Table) {
         let name = t.path.join(".");
-        let header = match t.shape {
-            Shape::Table => format!("[{name}]"),
-            Shape::PerName => format!("[{name}.NAME]"),
-            Shape::Entries => format!("[[{name}]]"),
+        let (header, prefix) = match t.shape {
+            Shape::Table => (format!("[{name}]"), name.clone()),
+            Shape::PerName => (format!("[{name}.NAME]"), format!("{name}.NAME")),
+            Shape::Entries => (format!("[[{name}]]"), name.clone()),
         };
         let _ = write!(out, "\n## `{header}`\n\n{}\n", prose(&t.doc));
         for k in &t.keys {
@@ -467,8 +467,10 @@ impl Reference<'_> {
                 Stated::Words(w) => w.clone(),
                 Stated::Required => "none: required".to_string(),
             };
-            let _ = write!(out, "\n### `{name}.{}`\n\n{} · default {default}\n\n{}\n", k.key, k.ty, prose(&k.doc));
-            for (value, doc) in &k.values {
+            let _ = write!(out, "\n### `{prefix}.{}`\n\n{} · default {default}\n\n{}\n", k.key, k.ty, prose(&k.doc));
+            // The values are in the type already; listed again for their docs.
+            let documented = k.values.iter().any(|(_, doc)| !doc.is_empty());
+            for (value, doc) in k.values.iter().filter(|_| documented) {
                 let doc = prose(doc).replace('\n', " ");
                 let _ =
                     writeln!(out, "- `\"{value}\"`{}", if doc.is_empty() { String::new() } else { format!(": {doc}") });

@@ -63,7 +63,7 @@ pub struct Site {
     pub fastcgi: fastcgi::Settings,
     pub compression: Compression,
     /// The status page and metrics (`[status]`).
-    pub internal: internal::Settings,
+    internal: internal::Settings,
     /// `limits.body_buffer`: the most of a spooled body a FastCGI exchange
     /// holds in memory at once.
     body_buffer: usize,
