@@ -16,7 +16,7 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     ("composition root", &["server"]),
     ("engines", &["engine"]),
-    ("connection", &["conn", "request_body", "shared", "handover", "per_ip", "room"]),
+    ("connection", &["conn", "shared", "handover", "per_ip", "room"]),
     ("site", &["site"]),
     ("compression", &["compress"]),
     ("what a worker lends, output", &["worker", "reply", "body", "tls", "static_io", "calibrate"]),

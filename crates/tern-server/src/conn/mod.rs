@@ -34,7 +34,6 @@ use crate::metrics::TimeoutKind;
 use crate::offload::{Done, Task, Ticket};
 use crate::reaper;
 use crate::reply::{Params, Reply};
-use crate::request_body::{BodyError, BodyReader};
 use crate::service_records::{Record, Stage, StageAccount};
 use crate::shared::Shared;
 use crate::site::backend::Job;
@@ -44,6 +43,10 @@ use crate::spool::Spool;
 use crate::sys;
 use crate::tls::{self, Got, Role, Session};
 use crate::worker::{Wait, Worker};
+
+mod request_body;
+
+use request_body::{BodyError, BodyReader};
 
 /// Whether the engine should keep the connection — or, for a connection
 /// that stops at stage boundaries ([`Conn::enter_stage`]), that its work
