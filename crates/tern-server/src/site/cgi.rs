@@ -487,7 +487,7 @@ pub struct Response {
 pub struct Running {
     pid: Pid,
     stdout: OwnedFd,
-    /// Edge-triggered readiness of `stdout`, as for sockets in `conn.rs`.
+    /// Edge-triggered readiness of `stdout`, as for sockets in `conn/transport.rs`.
     may_read: bool,
     eof_pending: bool,
     pub response: Response,
