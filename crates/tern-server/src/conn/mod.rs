@@ -20,7 +20,7 @@
 //! - `state.rs`: the [`Conn`] struct, its phases and clocks — the types
 //!   the pieces share;
 //! - `transport.rs`: the socket and its TLS session, readiness, the
-//!   reader's pace — every system call on the socket;
+//!   reader's pace — every read, write and option on the socket;
 //! - `request.rs`: reading requests — the receive buffer, the head, the
 //!   body (phases `Head`, `Body`); `request_body.rs`, the body's decoder;
 //! - `answer.rs`: handing a request to the site and queueing its answer;

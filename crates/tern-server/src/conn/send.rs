@@ -6,8 +6,9 @@
 //!
 //! Every response byte — heads, files by any I/O method, compressed and
 //! backend bodies — leaves through [`Conn::flush`], whose write through
-//! the transport counts `bytes_sent`. Nothing here puts bytes in the
-//! queue; it sends what `answer.rs` and `relay.rs` queued.
+//! the transport counts `bytes_sent`. Nothing here decides what is sent:
+//! it sends what `answer.rs` and `relay.rs` queued (a cold file region's
+//! bytes, read, take the region's place).
 
 use std::os::unix::fs::FileExt;
 

@@ -2,10 +2,10 @@
 //! address, what the socket's readiness last said, and how fast its reader
 //! takes bytes.
 //!
-//! Every system call on the client's socket is made here: reads (plain or
-//! through the session), writes of the output queue, the interim answer
-//! written ahead of it, the unsent bound and the send buffer's clamp,
-//! `shutdown` and the reset on close. It knows nothing of HTTP/1.1 — the
+//! Every read, write and option on the client's socket is made here:
+//! reads (plain or through the session), writes of the output queue, the
+//! interim answer written ahead of it, the unsent bound and the send
+//! buffer's clamp, `shutdown` and the reset on close. It knows nothing of HTTP/1.1 — the
 //! exchange hands it a buffer to fill or a queue to write — and must never
 //! parse, answer or choose a phase: what it finds (the end of the stream,
 //! plain HTTP on an HTTPS address) it reports for the exchange to act on.
