@@ -1,6 +1,7 @@
 //! The site: routes a request to the handler that answers it.
 
 pub mod app;
+pub mod auth;
 pub mod backend;
 pub mod cgi;
 pub mod fastcgi;
