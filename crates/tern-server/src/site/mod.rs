@@ -1,5 +1,6 @@
 //! The site: routes a request to the handler that answers it.
 
+pub mod access;
 pub mod app;
 pub mod auth;
 pub mod backend;
