@@ -8,6 +8,7 @@ pub mod cgi;
 pub mod fastcgi;
 pub mod hidden;
 pub mod internal;
+pub mod listing;
 pub mod static_files;
 
 use std::cell::OnceCell;
