@@ -10,6 +10,7 @@ pub mod hidden;
 pub mod internal;
 pub mod listing;
 pub mod static_files;
+pub mod template;
 
 use std::cell::OnceCell;
 use std::net::{SocketAddr, TcpStream};
