@@ -14,6 +14,7 @@
 //! byte of a request part outside visible ASCII is percent-encoded.
 
 use percent_encoding::{percent_encode, AsciiSet, CONTROLS};
+use tern_http::host::without_port;
 
 /// The request's parts a target may name.
 #[derive(Clone, Copy, Debug)]
@@ -123,7 +124,7 @@ impl Template {
                 Piece::Text(t) => out.extend_from_slice(t),
                 Piece::Scheme => put(out, parts.scheme, AS_SENT),
                 Piece::Host => put(out, parts.host, AS_SENT),
-                Piece::Hostname => put(out, hostname(parts.host), AS_SENT),
+                Piece::Hostname => put(out, without_port(parts.host), AS_SENT),
                 Piece::Path => put(out, parts.path, AS_SENT),
                 Piece::Query => {
                     if let Some(q) = parts.query.filter(|q| !q.is_empty()) {
@@ -165,17 +166,6 @@ fn put(out: &mut Vec<u8>, bytes: &[u8], set: &'static AsciiSet) {
     for chunk in percent_encode(bytes, set) {
         out.extend_from_slice(chunk.as_bytes());
     }
-}
-
-/// `host` without its port: `a.example:8080` → `a.example`,
-/// `[::1]:8080` → `[::1]`.
-fn hostname(host: &[u8]) -> &[u8] {
-    let end = if host.starts_with(b"[") {
-        host.iter().position(|&b| b == b']').map_or(host.len(), |i| i + 1)
-    } else {
-        host.iter().position(|&b| b == b':').unwrap_or(host.len())
-    };
-    &host[..end]
 }
 
 #[cfg(test)]
@@ -221,16 +211,6 @@ mod tests {
 
     #[test]
     fn hostname_drops_the_port() {
-        for (host, name) in [
-            (&b"a.example"[..], &b"a.example"[..]),
-            (b"a.example:443", b"a.example"),
-            (b"[::1]:8080", b"[::1]"),
-            (b"[2001:db8::1]", b"[2001:db8::1]"),
-            (b"[::1", b"[::1"),
-            (b"", b""),
-        ] {
-            assert_eq!(hostname(host), name, "{}", String::from_utf8_lossy(host));
-        }
         let v6 = Parts { host: b"[::1]:8443", ..PARTS };
         assert_eq!(render("https://{hostname}:443{path}", &v6), "https://[::1]:443/old/a%20b?x=1&y=%3F");
     }
