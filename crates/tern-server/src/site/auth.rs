@@ -247,19 +247,13 @@ impl Htpasswd {
                 return (c.generation, c.users.clone());
             }
         }
-        // Read outside the lock; another worker may be doing the same, and
-        // the first to take the lock below publishes.
-        let outcome = match seen {
-            Seen::File { .. } => read(&self.path),
-            Seen::Unreadable(code) => Err(format!(
-                "cannot read {}: {}",
-                self.path.display(),
-                code.map_or_else(|| "unknown error".to_string(), |c| std::io::Error::from_raw_os_error(c).to_string())
-            )),
-        };
+        // Read under the lock, one worker after another: a slow reader
+        // never publishes an older file over a newer one.
         let mut c = self.current.write().unwrap_or_else(|e| e.into_inner());
         if c.seen != seen {
-            match outcome {
+            match read(&self.path) {
+                // Another worker read this very file since.
+                Ok((read_seen, _)) if read_seen == c.seen => {}
                 Ok((read_seen, users)) => {
                     log!(Level::Info, "{}: read again, {} users", self.path.display(), users.by_name.len());
                     c.users = Arc::new(users);
@@ -329,8 +323,9 @@ impl Default for AuthCache {
 
 impl AuthCache {
     /// The user the `Authorization` value `header` lets in, checked against
-    /// `file` (as it is now: looked at if a second went by since `now`'s
-    /// worker last did); `None`: answer `401` with [`challenge`].
+    /// `file` (looked at again when a second has passed since this worker
+    /// last did, `now` being the worker's clock); `None`: answer `401` with
+    /// [`challenge`].
     pub fn check(&mut self, file: &Htpasswd, header: Option<&[u8]>, now: Instant) -> Option<Arc<str>> {
         let header = header?;
         let slot = match self.files.iter().position(|s| s.id == file.id) {
