@@ -1,12 +1,16 @@
 //! The site: routes a request to the handler that answers it.
 
+pub mod access;
 pub mod app;
+pub mod auth;
 pub mod backend;
 pub mod cgi;
 pub mod fastcgi;
 pub mod hidden;
 pub mod internal;
+pub mod listing;
 pub mod static_files;
+pub mod template;
 
 use std::cell::OnceCell;
 use std::net::{SocketAddr, TcpStream};
