@@ -7,10 +7,13 @@ pub mod backend;
 pub mod cgi;
 pub mod fastcgi;
 pub mod hidden;
+pub mod hosts;
 pub mod internal;
 pub mod listing;
+pub mod locations;
 pub mod static_files;
 pub mod template;
+pub mod trace;
 
 use std::cell::OnceCell;
 use std::net::{SocketAddr, TcpStream};
