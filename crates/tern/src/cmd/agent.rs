@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 use tern_lab::agent;
+use tern_lab::agent::access::{read_pem, read_token, Access};
+use tern_lab::agent::server::Work;
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -53,9 +55,9 @@ pub struct Reach {
 }
 
 impl Reach {
-    pub fn access(&self) -> anyhow::Result<agent::Access> {
+    pub fn access(&self) -> anyhow::Result<Access> {
         let token_file = self.token_file.as_ref().ok_or_else(|| anyhow::anyhow!("--agent needs --token-file"))?;
-        Ok(agent::Access::read(token_file, self.agent_ca.as_deref())?)
+        Ok(Access::read(token_file, self.agent_ca.as_deref())?)
     }
 }
 
@@ -78,16 +80,17 @@ fn run_bench(argv: Vec<String>) -> Result<String, String> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let token = agent::read_token(&args.token_file)?;
+    let token = read_token(&args.token_file)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(agent::server::TlsPair {
-            cert_pem: agent::read_pem(cert, "certificate (--tls-cert)")?,
-            key_pem: agent::read_pem(key, "private key (--tls-key)")?,
+            cert_pem: read_pem(cert, "certificate (--tls-cert)")?,
+            key_pem: read_pem(key, "private key (--tls-key)")?,
         }),
         _ => None,
     };
     let scheme = if tls.is_some() { "TLS" } else { "plain HTTP/2" };
-    agent::server::serve(args.listen, token, tls, Arc::new(run_bench), |addr| {
+    let work = Work { bench: Arc::new(run_bench), probe: tern_lab::remote::run };
+    agent::server::serve(args.listen, token, tls, work, |addr| {
         eprintln!("tern agent: listening on {addr} ({scheme})");
     })?;
     Ok(ExitCode::SUCCESS)

@@ -413,18 +413,20 @@ struct Probed {
 /// E5: the probe suites on this host and on each agent in turn (one at a
 /// time, so none disturbs another's figures), one column per host.
 fn e5(quick: bool, agents: &Agents) -> anyhow::Result<Probed> {
-    use tern_lab::probe::{self, Remote, Suite};
-    let mut opts = probe::Options::default();
+    use tern_lab::agent::access::Remote;
+    use tern_lab::probe::{Options, Suite};
+    use tern_lab::remote;
+    let mut opts = Options::default();
     if quick {
         opts = opts.quick();
     }
     // The token is read before anything is measured: a wrong path fails at once.
     let access = agents.addrs.first().map(|_| agents.reach.access()).transpose()?;
-    let mut reports = vec![probe::run(Suite::ALL, &opts)?];
+    let mut reports = vec![remote::run(Suite::ALL, &opts)?];
     let mut failures = Vec::new();
     for (addr, access) in agents.addrs.iter().zip(access.iter().cycle()) {
-        opts.agent = Some(Remote { addr: addr.clone(), access: access.clone() });
-        match probe::run_remote(Suite::ALL, &opts) {
+        let agent = Remote { addr: addr.clone(), access: access.clone() };
+        match remote::run_on(&agent, Suite::ALL, &opts) {
             Ok(r) => reports.push(r),
             Err(e) => failures.push(format!("agent {addr}: {e}")),
         }

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use tern_lab::agent::access::Remote;
 use tern_lab::load;
-use tern_lab::probe::{self, Options, Pin, Remote, Suite};
+use tern_lab::probe::{self, Options, Pin, Suite};
+use tern_lab::remote;
 use tern_lab::store::{self, record};
 
 const LONG_HELP: &str = "\
@@ -119,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if args.agent.is_empty() {
         let started = store::now();
-        let report = probe::run(&suites, &opts)?;
+        let report = remote::run(&suites, &opts)?;
         if args.json {
             println!("{}", report.to_json());
         } else {
@@ -135,9 +137,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut reports = Vec::new();
     let mut failures = Vec::new();
     for addr in &args.agent {
-        opts.agent = Some(Remote { addr: addr.clone(), access: access.clone() });
+        let agent = Remote { addr: addr.clone(), access: access.clone() };
         let started = store::now();
-        match probe::run_remote(&suites, &opts) {
+        match remote::run_on(&agent, &suites, &opts) {
             Ok(r) => {
                 args.recording.save(&record::probe(&r, record::Context::here(args.recording.label.clone(), started)));
                 reports.push(r);
