@@ -8,10 +8,12 @@
 
 mod exchange;
 pub mod record;
+mod recording;
 mod run;
 mod schema;
 mod sqlite;
 
 pub use exchange::{csv, import_json, to_json};
+pub use recording::Recording;
 pub use run::{fingerprint, now, utc, Filter, Host, Measurement, Point, Run, RunData, RunSummary, Snapshot, Status};
 pub use sqlite::{default_path, Error, Store};

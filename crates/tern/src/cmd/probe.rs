@@ -12,6 +12,8 @@ use tern_lab::probe::{self, Options, Pin, Suite};
 use tern_lab::remote;
 use tern_lab::store::{self, record};
 
+use crate::flags::{Reach, Record};
+
 const LONG_HELP: &str = "\
 Suites: syscalls, processes, commands, disk, ipc, net, rpc, files (all by default).
 With --agent HOST:PORT (repeatable) the suites run on each agent and the
@@ -81,9 +83,9 @@ pub struct Args {
     #[arg(long, value_name = "HOST:PORT", requires = "token_file")]
     pub agent: Vec<String>,
     #[command(flatten)]
-    pub reach: super::agent::Reach,
+    pub reach: Reach,
     #[command(flatten)]
-    pub recording: super::lab::Recording,
+    pub record: Record,
 }
 
 /// The suites named on the command line; none or `all` means every suite.
@@ -119,6 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.quick {
         opts = opts.quick();
     }
+    let recording = args.record.recording();
     if args.agent.is_empty() {
         let started = store::now();
         let report = remote::run(&suites, &opts)?;
@@ -127,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             print!("{report}");
         }
-        args.recording.save(&record::probe(&report, record::Context::here(args.recording.label.clone(), started)));
+        recording.save(&record::probe(&report, record::Context::here(recording.label.clone(), started)));
         return Ok(ExitCode::SUCCESS);
     }
     let access = args.reach.access()?;
@@ -141,7 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let started = store::now();
         match remote::run_on(&agent, &suites, &opts) {
             Ok(r) => {
-                args.recording.save(&record::probe(&r, record::Context::here(args.recording.label.clone(), started)));
+                recording.save(&record::probe(&r, record::Context::here(recording.label.clone(), started)));
                 reports.push(r);
             }
             Err(e) => failures.push(e.to_string()),
