@@ -10,7 +10,7 @@
 //! `static_io.rs` chose → `access_log.rs` and `metrics.rs` record it.
 //!
 //! Imports run one way, top to bottom (ARCHITECTURE.md, "Layers"; checked
-//! by `tests/layers.rs`): `server.rs` (composition root) → `engine/` →
+//! by `crates/tern/tests/layers.rs`): `server.rs` (composition root) → `engine/` →
 //! `conn/`, `shared.rs`, `handover.rs`, `per_ip.rs` → `site/` → `compress/` →
 //! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `tls.rs`, `static_io.rs`,
 //! `calibrate.rs` → files and
