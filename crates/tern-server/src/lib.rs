@@ -2,7 +2,7 @@
 //! handlers and the engines that drive them.
 //!
 //! A request's path through the code, in file order: `engine/event.rs`
-//! accepts and waits for readiness → `conn.rs` reads, parses (with
+//! accepts and waits for readiness → `conn/` reads, parses (with
 //! `tern_http`) and enforces limits and timeouts → `site/mod.rs` routes →
 //! `site/static_files.rs` (via `open_files.rs` and `resolve.rs`) or
 //! `site/internal.rs` answers into a `reply.rs` (`compress/` picks and
@@ -10,15 +10,15 @@
 //! `static_io.rs` chose → `access_log.rs` and `metrics.rs` record it.
 //!
 //! Imports run one way, top to bottom (ARCHITECTURE.md, "Layers"; checked
-//! by `tests/layers.rs`): `server.rs` (composition root) → `config/` (the
-//! sections assembled) → `engine/` → `conn.rs`, `request_body.rs`,
-//! `shared.rs`, `handover.rs`, `per_ip.rs` → `site/` → `compress/` →
-//! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `tls.rs`,
-//! `static_io.rs`, `calibrate.rs`, `limits.rs` → files and records
-//! (`open_files.rs`, `resolve.rs`, `offload.rs`, `reaper.rs`,
-//! `access_log.rs`, `service_records.rs`, `metrics.rs`, `error_log.rs`,
-//! `values.rs`, `privileges.rs`, `listeners.rs`, `spool.rs`, `sys.rs`).
-//! Nothing imports this file.
+//! by `crates/tern/tests/layers.rs`): `server.rs` (composition root) →
+//! `config/` (the sections assembled) → `engine/` → `conn/`, `shared.rs`,
+//! `handover.rs`, `per_ip.rs` → `site/` → `compress/` → `worker.rs` (what
+//! a worker lends), `reply.rs`, `body.rs`, `tls.rs`, `static_io.rs`,
+//! `calibrate.rs`, `limits.rs` → files and records (`open_files.rs`,
+//! `resolve.rs`, `offload.rs`, `reaper.rs`, `access_log.rs`,
+//! `service_records.rs`, `metrics.rs`, `error_log.rs`, `values.rs`,
+//! `privileges.rs`, `listeners.rs`, `spool.rs`, `sys.rs`). Nothing imports
+//! this file.
 
 pub mod access_log;
 pub mod body;
@@ -38,7 +38,6 @@ pub mod per_ip;
 pub mod privileges;
 pub mod reaper;
 pub mod reply;
-pub mod request_body;
 pub mod resolve;
 pub mod room;
 pub mod server;

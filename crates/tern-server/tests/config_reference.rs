@@ -78,22 +78,22 @@ struct Field {
 }
 
 /// Every type under `src/` that deserializes, by name (names are unique
-/// among them; a clash is an error).
+/// among them; a clash is an error). A hand-written `Deserialize` is
+/// looked for in the file of its type.
 fn read_types(src: &Path) -> BTreeMap<String, Type> {
-    let mut found = Vec::new();
-    let mut by_hand = Vec::new();
+    let mut types = BTreeMap::new();
     for file in rust_files(src) {
         let ast = syn::parse_file(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        let (mut found, mut by_hand) = (Vec::new(), Vec::new());
         collect(&ast.items, &mut found, &mut by_hand);
-    }
-    let mut types = BTreeMap::new();
-    for (name, doc, kind) in found {
-        let kind = match kind {
-            _ if by_hand.contains(&name) => Kind::Value,
-            Some(kind) => kind,
-            None => continue,
-        };
-        assert!(types.insert(name.clone(), Type { doc, kind }).is_none(), "two configuration types named {name}");
+        for (name, doc, kind) in found {
+            let kind = match kind {
+                _ if by_hand.contains(&name) => Kind::Value,
+                Some(kind) => kind,
+                None => continue,
+            };
+            assert!(types.insert(name.clone(), Type { doc, kind }).is_none(), "two configuration types named {name}");
+        }
     }
     types
 }

@@ -1,6 +1,9 @@
 //! `tern`: one binary for the server, the load generator and the lab.
 
 mod cmd;
+mod flags;
+
+use std::sync::Arc;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -40,7 +43,8 @@ fn main() -> std::process::ExitCode {
         Command::Man(args) => cmd::man::run(args, Cli::command()),
         Command::Tune(args) => cmd::tune::run(args),
         Command::Probe(args) => cmd::probe::run(args),
-        Command::Agent(args) => cmd::agent::run(args),
+        // The agent runs `tern bench` arguments with bench's own parser.
+        Command::Agent(args) => cmd::agent::run(args, Arc::new(cmd::bench::run_for_agent)),
         Command::Lab(args) => cmd::lab::run(args),
     };
     match result {

@@ -1,5 +1,5 @@
 //! A response produced by a backend — a CGI program or a FastCGI exchange
-//! — that the connection relays: the one interface `conn.rs` drives, its
+//! — that the connection relays: the one interface `conn/relay.rs` drives, its
 //! descriptor watched by the engine beside the client socket.
 
 use std::io;

@@ -1,12 +1,19 @@
 //! The site: routes a request to the handler that answers it.
 
+pub mod access;
 pub mod app;
+pub mod auth;
 pub mod backend;
 pub mod cgi;
 pub mod fastcgi;
 pub mod hidden;
+pub mod hosts;
 pub mod internal;
+pub mod listing;
+pub mod locations;
 pub mod static_files;
+pub mod template;
+pub mod trace;
 
 use std::cell::OnceCell;
 use std::net::{SocketAddr, TcpStream};

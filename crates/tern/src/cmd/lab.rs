@@ -1,56 +1,18 @@
-//! `tern lab`: the results store (list, show, export, import, delete), and
-//! the flags every measuring command shares to record its runs there.
+//! `tern lab`: the results store (list, show, export, import, delete), the
+//! experiments (`run`, in `tern_experiments::experiment`) and the
+//! dashboard (`serve`, `report`: `lab/dashboard.rs`).
 
-use std::io::IsTerminal;
+mod dashboard;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use tern_lab::store::{self, Filter, RunData, Status, Store};
+use tern_experiments::experiment;
+use tern_lab::agent::access::Remote;
+use tern_lab::store::{self, Filter, Recording, Status, Store};
 
-/// How a measuring command (`tern bench`, `tern probe`, `tern lab run`)
-/// records its runs.
-#[derive(clap::Args, Clone, Debug)]
-pub struct Recording {
-    /// The results store (SQLite) the run is recorded in
-    /// [default: $XDG_DATA_HOME/tern/lab.sqlite, else ~/.local/share/tern/lab.sqlite].
-    #[arg(long, value_name = "PATH")]
-    pub store: Option<PathBuf>,
-    /// Do not record the run.
-    #[arg(long, conflicts_with = "store")]
-    pub no_store: bool,
-    /// A label for the run in the store (default: its target or suites).
-    #[arg(long, value_name = "TEXT", default_value = "")]
-    pub label: String,
-}
-
-impl Recording {
-    /// Records `run`, saying where on stderr when it is a terminal (piped,
-    /// stderr stays as the command always wrote it); a store that cannot
-    /// be written is reported, and the measurement printed anyway.
-    pub fn save(&self, run: &RunData) -> Option<i64> {
-        if self.no_store {
-            return None;
-        }
-        let path = store_path(self.store.as_deref());
-        match Store::open(&path).and_then(|mut s| s.insert(run)) {
-            Ok(id) => {
-                if std::io::stderr().is_terminal() {
-                    eprintln!("tern: stored as run {id} ({}) in {}", run.status.name(), path.display());
-                }
-                Some(id)
-            }
-            Err(e) => {
-                eprintln!("tern: the run was not stored: {e}");
-                None
-            }
-        }
-    }
-}
-
-pub fn store_path(given: Option<&Path>) -> PathBuf {
-    given.map_or_else(store::default_path, Path::to_path_buf)
-}
+use crate::flags::{store_path, Reach};
 
 const LONG_HELP: &str = "\
 Every `tern bench`, `tern probe`, `tern lab run` and `tern tune` run is
@@ -127,7 +89,7 @@ pub enum LabCommand {
     /// FastCGI file server, e3 concurrency models, e4 compression, e5 OS
     /// probes), store it as one run and print its table.
     Run {
-        #[arg(value_parser = super::experiment::NAMES)]
+        #[arg(value_parser = experiment::NAMES)]
         name: String,
         /// The short version (well under two minutes).
         #[arg(long)]
@@ -148,7 +110,7 @@ pub enum LabCommand {
         #[arg(long, value_name = "HOST:PORT", requires = "token_file")]
         agent: Vec<String>,
         #[command(flatten)]
-        reach: super::agent::Reach,
+        reach: Reach,
     },
     /// Serve the dashboard (runs, hosts, charts) with tern's own server.
     Serve {
@@ -226,12 +188,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if !agent.is_empty() && name != "e5" {
                 anyhow::bail!("--agent is for e5 (the probe suites); {name} runs on this host only");
             }
-            let recording = Recording { store: args.store.clone(), no_store, label };
-            let agents = super::experiment::Agents { addrs: agent, reach };
-            return super::experiment::run(&name, quick, gateway.as_deref(), &agents, &recording);
+            let recording = Recording { path: store_path(given), no_store, label };
+            // The token is read before anything is measured: a wrong path
+            // fails at once.
+            let agents = if agent.is_empty() {
+                Vec::new()
+            } else {
+                let access = reach.access()?;
+                agent.into_iter().map(|addr| Remote { addr, access: access.clone() }).collect()
+            };
+            experiment::run(&name, quick, gateway.as_deref(), &agents, &recording)?;
         }
-        LabCommand::Serve { listen } => return super::dashboard::serve(store_path(given), &listen),
-        LabCommand::Report { ids, output } => return super::dashboard::report(store_path(given), &ids, &output),
+        LabCommand::Serve { listen } => return dashboard::serve(store_path(given), &listen),
+        LabCommand::Report { ids, output } => return dashboard::report(store_path(given), &ids, &output),
         LabCommand::Delete { ids } => {
             let mut store = open(given)?;
             for id in ids {

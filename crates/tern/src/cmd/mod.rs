@@ -1,7 +1,5 @@
 pub mod agent;
 pub mod bench;
-pub mod dashboard;
-pub mod experiment;
 pub mod lab;
 pub mod man;
 pub mod probe;

@@ -8,7 +8,8 @@ use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
-use super::super::{Ctx, Figure};
+use crate::probe::ctx::Ctx;
+use crate::probe::figure::Figure;
 use crate::probe::stopwatch::Interval;
 
 /// Buffer sizes for bandwidth, bytes.

@@ -1,7 +1,7 @@
 //! Network: TCP and UDP round trip by message size, TCP connect cost and TCP
 //! bandwidth, against the [`Peer`] servers of this process on loopback or,
 //! with `--agent`, of a peer the agent starts on its own address for the
-//! run (and stops when the run ends).
+//! run (and stops when the run ends; that part is `crate::remote::net`).
 //!
 //! On loopback the peer is threads of this process, pinned with it: a round
 //! trip includes two switches between threads, not between address spaces
@@ -19,10 +19,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::super::{Ctx, Figure};
 use super::ipc::size_label;
-use super::Outcome;
-use crate::agent::client::PeerLease;
+use crate::probe::ctx::Ctx;
+use crate::probe::figure::Figure;
 use crate::probe::stopwatch::Interval;
 
 const SIZES: &[usize] = &[1024, 4096, 16384, 32768];
@@ -31,8 +30,6 @@ const QUICK_SIZES: &[usize] = &[1024, 32768];
 const STREAM_CHUNK: usize = 128 * 1024;
 /// No peer answer within this long is an error, not a hang.
 const PEER_TIMEOUT: Duration = Duration::from_secs(10);
-/// An agent's peer stops when the suite ends, or at the latest after this.
-const AGENT_PEER_LIFETIME: Duration = Duration::from_secs(600);
 
 /// Where the measuring side finds the peer's three services.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -173,17 +170,8 @@ pub fn run_against(ctx: &Ctx, addrs: &PeerAddrs) -> io::Result<Vec<Figure>> {
     Ok(figures)
 }
 
-pub fn run(ctx: &Ctx) -> io::Result<Outcome> {
-    let Some(remote) = &ctx.opts.agent else {
-        let peer = Peer::start(IpAddr::from([127, 0, 0, 1]))?;
-        return run_against(ctx, &peer.addrs).map(Outcome::from);
-    };
-    let lease = PeerLease::start(&remote.addr, &remote.access, AGENT_PEER_LIFETIME)?;
-    let figures = run_against(ctx, &lease.addrs)?;
-    let a = lease.addrs;
-    let note = format!(
-        "from this host to a peer on agent {}: TCP echo {}, UDP echo {}, TCP source {} (stopped at the end)",
-        remote.addr, a.tcp_echo, a.udp_echo, a.tcp_source
-    );
-    Ok(Outcome { figures, notes: vec![note], rpc_null_ns: None })
+/// Measures against a peer on threads of this process, on loopback.
+pub fn run(ctx: &Ctx) -> io::Result<Vec<Figure>> {
+    let peer = Peer::start(IpAddr::from([127, 0, 0, 1]))?;
+    run_against(ctx, &peer.addrs)
 }

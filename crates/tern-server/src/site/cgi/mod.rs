@@ -19,7 +19,6 @@
 
 pub mod config;
 
-use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::net::SocketAddr;
@@ -33,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::FileType;
 use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+use tern_http::host::without_port;
 use tern_http::request::TargetForm;
 use tern_http::{Method, Request, Version};
 
@@ -375,7 +375,7 @@ pub fn meta_variables(req: &Request<'_>, m: &Meta<'_>, set: &mut dyn FnMut(&[u8]
     set(b"REMOTE_PORT", itoa::Buffer::new().format(m.peer.port()).as_bytes());
     let local = ip_text(m.local.ip(), &mut text);
     match req.host.filter(|h| !h.is_empty()) {
-        Some(host) => set(b"SERVER_NAME", strip_port(host).as_bytes()),
+        Some(host) => set(b"SERVER_NAME", without_port(host.as_bytes())),
         None => set(b"SERVER_NAME", local),
     }
     set(b"SERVER_ADDR", local);
@@ -416,16 +416,6 @@ pub fn meta_variables(req: &Request<'_>, m: &Meta<'_>, set: &mut dyn FnMut(&[u8]
         }
         set(&scratch, &value);
     }
-}
-
-fn strip_port(host: &str) -> Cow<'_, str> {
-    if host.starts_with('[') {
-        return match host.find(']') {
-            Some(end) => Cow::Borrowed(&host[..=end]),
-            None => Cow::Owned(format!("{host}]")),
-        };
-    }
-    Cow::Borrowed(host.rsplit_once(':').map_or(host, |(h, _)| h))
 }
 
 /// Room for an IP address as text (an IPv4-mapped IPv6 address is the
@@ -489,7 +479,7 @@ pub struct Response {
 pub struct Running {
     pid: Pid,
     stdout: OwnedFd,
-    /// Edge-triggered readiness of `stdout`, as for sockets in `conn.rs`.
+    /// Edge-triggered readiness of `stdout`, as for sockets in `conn/transport.rs`.
     may_read: bool,
     eof_pending: bool,
     pub response: Response,
@@ -996,9 +986,6 @@ mod tests {
         assert_eq!(parse_status(b"99 x"), None);
         assert_eq!(parse_status(b"1000"), None);
         assert_eq!(parse_status(b"100 Continue"), None);
-        assert_eq!(strip_port("example.com:8080"), "example.com");
-        assert_eq!(strip_port("[::1]:80"), "[::1]");
-        assert_eq!(strip_port("[::1]"), "[::1]");
         let mut text = [0u8; IP_TEXT];
         let mapped: std::net::IpAddr = "::ffff:255.255.255.255".parse().unwrap();
         assert_eq!(ip_text(mapped, &mut text), b"::ffff:255.255.255.255");

@@ -12,7 +12,9 @@ use tern_lab::load::{Options, RequestSpec, Stop, Url};
 use tern_lab::probe::env::Environment;
 use tern_lab::store::{record, Measurement};
 
-use super::{compression_row, drive, on_the_wire, Served, QUIET_LOG};
+use super::coding::{compression_row, on_the_wire};
+use super::workload::{drive, QUIET_LOG};
+use crate::served::Served;
 
 /// The modes compared: name and `[compression]` settings.
 const MODES: [(&str, &str); 3] =

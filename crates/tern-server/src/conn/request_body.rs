@@ -1,5 +1,8 @@
 //! Reading a request body off the connection: by length or chunked, with a
 //! size limit (kept in a `spool::Spool` until a backend takes it).
+//!
+//! Sans-I/O: it decodes the bytes `request.rs` feeds it and hands on what
+//! it decoded; it never reads the socket or stores the body itself.
 
 use tern_http::chunked::{Chunk, ChunkError, ChunkedDecoder};
 use tern_http::request::BodyFraming;

@@ -23,7 +23,11 @@ use tern_lab::probe::figure::Better;
 use tern_lab::store::Measurement;
 use tern_server::config::{Config, Model};
 
-use super::{drive, gateway_program, pattern, Outcome, Scratch, Served, Table, QUIET_LOG};
+use super::outcome::{Outcome, Table};
+use super::setup::{gateway_program, Scratch};
+use super::workload::{drive, QUIET_LOG};
+use crate::content::pattern;
+use crate::served::Served;
 
 const STATIC: &str = "/static/115k.bin";
 const STATIC_BYTES: u64 = 115 << 10;

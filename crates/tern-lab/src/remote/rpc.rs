@@ -11,13 +11,12 @@
 
 use std::io;
 
-use super::super::Ctx;
-use super::ipc::size_label;
-use super::Outcome;
+use crate::agent::access::{Access, Remote};
 use crate::agent::client::Agent;
 use crate::agent::server::LocalAgent;
-use crate::agent::Access;
+use crate::probe::ctx::{Ctx, Outcome};
 use crate::probe::report::num;
+use crate::probe::suites::ipc::size_label;
 
 const SIZES: &[u64] = &[1024, 65536, 1 << 20, 4 << 20];
 const QUICK_SIZES: &[u64] = &[1024, 1 << 20];
@@ -35,8 +34,10 @@ pub fn crossover(eager_ns: f64, fixed_ns: f64, per_callback_ns: f64) -> f64 {
     ((eager_ns - fixed_ns) / per_callback_ns).max(0.0)
 }
 
-pub fn run(ctx: &Ctx) -> io::Result<Outcome> {
-    let (_local, mut agent) = match &ctx.opts.agent {
+/// Times the calls against `agent`, or against an agent on a thread of
+/// this process when `None`.
+pub fn run(ctx: &Ctx, agent: Option<&Remote>) -> io::Result<Outcome> {
+    let (_local, mut agent) = match agent {
         Some(remote) => (None, Agent::connect(&remote.addr, &remote.access)?),
         None => {
             let token = format!("local-{}", crate::probe::stopwatch::now_ns());

@@ -28,13 +28,12 @@ use std::time::Duration;
 use tern_lab::load::{self, plan, Options, Plan, RequestSpec, Stop, Url};
 use tern_lab::probe::env::Environment;
 use tern_lab::probe::figure::Better;
-use tern_lab::store::{self, record, Measurement, RunData, Status};
+use tern_lab::store::{self, record, Measurement, Recording, RunData, Status};
 pub use tern_server::calibrate::median;
 use tern_server::Config;
 
 use super::output::{self, Tuned};
-use crate::cmd::experiment::Served;
-use crate::cmd::lab::Recording;
+use crate::served::Served;
 
 /// The least difference taken for more than noise: 3%.
 pub const MIN_NOISE: f64 = 0.03;

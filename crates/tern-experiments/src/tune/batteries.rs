@@ -18,7 +18,7 @@ use super::battery::{
     ahead, choose, median, setting, unit_of, Battery, Candidate, Decides, Decision, Lab, Outcome, Setting, Workload,
 };
 use super::output::{Change, Tuned};
-use crate::cmd::experiment::page;
+use crate::content::{page, pattern};
 
 /// The batteries, in the order they run (later ones measure with what
 /// earlier ones chose).
@@ -116,12 +116,6 @@ fn bounds(c: &Config) -> Vec<u64> {
 
 fn file_name(size: u64) -> String {
     format!("io-{size}.bin")
-}
-
-/// A file's bytes: a pattern that is neither all zeros nor compressible
-/// to nothing.
-fn pattern(size: u64) -> Vec<u8> {
-    (0..size).map(|i| (i * 131 % 251) as u8).collect()
 }
 
 /// A steady workload per connection count of [`CONNECTIONS`]: GETs of
@@ -669,9 +663,9 @@ fn name_of(b: &Battery, c: usize, d: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd::lab::Recording;
     use std::sync::atomic::AtomicBool;
     use std::time::Duration;
+    use tern_lab::store::Recording;
 
     fn lab<'a>(recording: &'a Recording, interrupt: &'a AtomicBool) -> Lab<'a> {
         Lab {
@@ -732,7 +726,7 @@ mod tests {
     #[test]
     fn io_writes_nothing_when_no_method_beats_the_calibration_everywhere() {
         let (recording, interrupt) =
-            (Recording { store: None, no_store: true, label: String::new() }, AtomicBool::new(false));
+            (Recording { path: "/nonexistent".into(), no_store: true, label: String::new() }, AtomicBool::new(false));
         let lab = lab(&recording, &interrupt);
         let b = io(&Config::default()).unwrap();
         // mmap leads on the middle class's files but the 256KiB one at 64
@@ -752,7 +746,7 @@ mod tests {
     #[test]
     fn io_pins_only_the_classes_a_method_won_and_leaves_the_others_auto() {
         let (recording, interrupt) =
-            (Recording { store: None, no_store: true, label: String::new() }, AtomicBool::new(false));
+            (Recording { path: "/nonexistent".into(), no_store: true, label: String::new() }, AtomicBool::new(false));
         let lab = lab(&recording, &interrupt);
         let b = io(&Config::default()).unwrap();
         // read leads on both files of the middle class at both counts.

@@ -18,7 +18,11 @@ use tern_lab::probe::env::Environment;
 use tern_lab::probe::figure::Better;
 use tern_lab::store::{record, Measurement};
 
-use super::{drive, gateway_program, pattern, sized, Outcome, Scratch, Served, Table, QUIET_LOG};
+use super::outcome::{sized, Outcome, Table};
+use super::setup::{gateway_program, Scratch};
+use super::workload::{drive, QUIET_LOG};
+use crate::content::pattern;
+use crate::served::Served;
 
 /// The gateway's FastCGI file server on a Unix socket, stopped on drop.
 struct FileServer {

@@ -12,69 +12,33 @@
 mod batteries;
 mod battery;
 mod output;
-mod profile;
+pub mod profile;
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use tern_lab::load;
 use tern_lab::probe::env::Environment;
+use tern_lab::store::Recording;
 use tern_server::Config;
 
-use super::lab::Recording;
+pub use batteries::NAMES;
 use battery::Lab;
 use output::Change;
 
-#[derive(clap::Args)]
-#[command(after_help = "\
-BATTERIES (in this order; each stored as a run of kind `tune`):
-    io        static.io_methods: sendfile, mmap or read per file-size class
-    chunk     static.read_chunk: the buffer of the `read` method
-    cgi       cgi.pipe_buffer: bytes read from a CGI program per read
-    model     server.model with server.workers (event) or server.threads (pool)
-    levels    compression.gzip_level, br_level, zstd_level (bytes saved per second)
-    adaptive  compression.adaptive, busy_accept_queue, busy_in_flight (a cold burst)
-
-EXAMPLES:
-    tern tune -o /etc/tern/tuned.toml                 a few minutes
-    tern tune --quick -o tuned.toml                   under a minute
-    tern tune --config /etc/tern/tern.toml -o tuned.toml --only model,levels
-    tern serve --check --config tuned.toml
-    tern tune --io -o /etc/tern/io-profile.toml       only the I/O profile (static.io_profile)
-
-A candidate replaces the default (the --config file's value, else tern's) only
-when its median is ahead by more than the noise; the comment above each
-written key says which it was, with the ratios and the store's run id.")]
-pub struct Args {
-    /// Only the static I/O method per size class, by the server's own
-    /// in-process calibration, written as a profile for
-    /// `static.io_profile` (not a configuration).
-    #[arg(long, conflicts_with_all = ["quick", "only", "sample"])]
-    pub io: bool,
-    /// The short battery (under a minute): 3 rounds of 250 ms samples and
-    /// fewer candidates, instead of 5 rounds of 1 s.
-    #[arg(long)]
+/// What `tern tune` is asked (its `--io` alone is [`profile::run`]).
+pub struct Options {
+    /// The short battery: 3 rounds of 250 ms samples and fewer candidates.
     pub quick: bool,
-    /// Run only these batteries (comma-separated; default: all).
-    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = batteries::NAMES)]
+    /// Only these batteries (empty: all of [`NAMES`]).
     pub only: Vec<String>,
-    /// The base configuration: its settings are kept, its values are the
-    /// defaults candidates must beat (default: tern's defaults).
-    #[arg(short, long, value_name = "FILE")]
+    /// The base configuration (default: tern's defaults).
     pub config: Option<PathBuf>,
-    /// Where to write the configuration (default: standard output).
-    #[arg(short, long, value_name = "FILE")]
+    /// Where the configuration is written (default: standard output).
     pub output: Option<PathBuf>,
-    /// How long each sample measures, e.g. "2s", "100ms" (default 1s;
-    /// with --quick 250ms).
-    #[arg(long, value_name = "TIME")]
+    /// How long each sample measures, as given (default 1s, quick 250ms).
     pub sample: Option<String>,
-    /// With --io: how long the calibration measures, e.g. "3s", "500ms".
-    #[arg(long, value_name = "TIME", default_value = "3s")]
-    pub duration: String,
-    #[command(flatten)]
     pub recording: Recording,
 }
 
@@ -87,11 +51,9 @@ impl Drop for WorkDir {
     }
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if args.io {
-        return profile::run(&args);
-    }
-    let base = match &args.config {
+/// Runs the batteries, one after the other, and writes the configuration.
+pub fn run(opts: &Options) -> anyhow::Result<()> {
+    let base = match &opts.config {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
             Config::parse(&text, path)?;
@@ -101,14 +63,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => toml::Table::new(),
     };
-    let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from("tuned.toml"));
-    let sample = match &args.sample {
+    let config_path = opts.config.clone().unwrap_or_else(|| PathBuf::from("tuned.toml"));
+    let sample = match &opts.sample {
         Some(s) => load::parse_duration(s).map_err(anyhow::Error::msg)?,
-        None if args.quick => Duration::from_millis(250),
+        None if opts.quick => Duration::from_millis(250),
         None => Duration::from_secs(1),
     };
     if sample < Duration::from_millis(20) {
-        bail!("--sample {}: at least 20ms", args.sample.as_deref().unwrap_or_default());
+        bail!("--sample {}: at least 20ms", opts.sample.as_deref().unwrap_or_default());
     }
     let work = WorkDir(std::env::temp_dir().join(format!("tern-tune-{}", std::process::id())));
     let root = work.0.join("www");
@@ -118,16 +80,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut lab = Lab {
         base: base.clone(),
         root: &root,
-        rounds: if args.quick { 3 } else { 5 },
+        rounds: if opts.quick { 3 } else { 5 },
         sample,
         warmup: sample / 2,
-        quick: args.quick,
-        recording: &args.recording,
+        quick: opts.quick,
+        recording: &opts.recording,
         interrupt: &interrupt,
         tuned: Vec::new(),
     };
     let mut notes = Vec::new();
-    for name in batteries::NAMES.iter().filter(|n| args.only.is_empty() || args.only.iter().any(|o| o.as_str() == **n))
+    for name in batteries::NAMES.iter().filter(|n| opts.only.is_empty() || opts.only.iter().any(|o| o.as_str() == **n))
     {
         // The base with what earlier batteries chose: its values are the
         // defaults this battery's candidates must beat.
@@ -159,28 +121,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         lab.tuned.extend(chosen);
     }
-    let header = header(&args, &env, &lab, &notes);
+    let header = header(opts, &env, &lab, &notes);
     let text = output::text(&base, &lab.tuned, &header)?;
     // What is written must be what `tern serve --config` accepts.
-    let check_path = args.output.clone().unwrap_or_else(|| PathBuf::from("tuned.toml"));
+    let check_path = opts.output.clone().unwrap_or_else(|| PathBuf::from("tuned.toml"));
     Config::parse(&text, &check_path).context("the tuned configuration does not parse (a bug in tern tune)")?;
-    match &args.output {
+    match &opts.output {
         Some(path) => {
             std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
             eprintln!("tern tune: configuration written to {}", path.display());
         }
         None => print!("{text}"),
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The lines at the top of the written file: how, where and when it was
 /// measured, and the machine's state.
-fn header(args: &Args, env: &Environment, lab: &Lab, notes: &[String]) -> Vec<String> {
+fn header(opts: &Options, env: &Environment, lab: &Lab, notes: &[String]) -> Vec<String> {
     let mut lines = vec![
         format!(
             "Written by `tern tune{}` (tern {}) on {} ({}, {} of {} CPUs usable),",
-            if args.quick { " --quick" } else { "" },
+            if opts.quick { " --quick" } else { "" },
             env!("CARGO_PKG_VERSION"),
             env.hostname,
             env.kernel,
@@ -196,7 +158,7 @@ fn header(args: &Args, env: &Environment, lab: &Lab, notes: &[String]) -> Vec<St
         ),
         format!(
             "Base: {}. Each candidate is a `tern serve` on 127.0.0.1 loaded by tern's load generator; {} rounds,",
-            args.config.as_ref().map_or("tern's defaults".to_string(), |p| p.display().to_string()),
+            opts.config.as_ref().map_or("tern's defaults".to_string(), |p| p.display().to_string()),
             lab.rounds
         ),
         format!(
@@ -209,10 +171,7 @@ fn header(args: &Args, env: &Environment, lab: &Lab, notes: &[String]) -> Vec<St
         "half-spread of the rounds, at least 3%) on every workload its setting affects; otherwise the setting stays"
             .into(),
         "as the base has it and is not written (its evidence is). Ratios are to the default's median.".into(),
-        format!(
-            "The runs are in {} (`tern lab show ID`).",
-            super::lab::store_path(args.recording.store.as_deref()).display()
-        ),
+        format!("The runs are in {} (`tern lab show ID`).", opts.recording.path.display()),
     ];
     lines.extend(notes.iter().cloned());
     lines

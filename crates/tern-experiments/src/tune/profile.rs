@@ -2,24 +2,25 @@
 //! the server's own calibration (in process, over loopback, for longer than
 //! at start-up), written as the profile `static.io_profile` reads.
 
-use std::process::ExitCode;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 use tern_server::config::Seconds;
 use tern_server::{calibrate, static_io, Config};
 
-use super::Args;
-
-pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    let config = match &args.config {
+/// Calibrates for `duration` (as given, e.g. "3s") with the settings of
+/// `config` (default: tern's) and writes the profile to `output` (default:
+/// standard output).
+pub fn run(config: Option<&Path>, duration: &str, output: Option<&Path>) -> anyhow::Result<()> {
+    let config = match config {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    let budget = Seconds::parse(&args.duration)
+    let budget = Seconds::parse(duration)
         .map(|s| s.0)
         .filter(|d| *d >= Duration::from_millis(50))
-        .with_context(|| format!("--duration `{}`: expected a time of at least 50ms, e.g. \"3s\"", args.duration))?;
+        .with_context(|| format!("--duration `{duration}`: expected a time of at least 50ms, e.g. \"3s\""))?;
     let st = &config.static_files;
     let bounds: Vec<u64> = st.io_classes.iter().map(|b| b.0).collect();
     let choices = calibrate::run(&bounds, static_io::safe_choices(&bounds), budget, st, &config.limits)
@@ -38,7 +39,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         budget.as_millis()
     );
     let text = static_io::profile_text(&bounds, &choices, &header);
-    match &args.output {
+    match output {
         Some(path) => {
             std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
             for (i, c) in choices.iter().enumerate() {
@@ -48,5 +49,5 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
         None => print!("{text}"),
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -1,0 +1,57 @@
+//! E5 probes: the OS probe suites on this host and on each agent given,
+//! one column per host.
+
+use tern_lab::agent::access::Remote;
+use tern_lab::probe::report::{num, ProbeReport};
+use tern_lab::probe::{Options, Suite};
+use tern_lab::remote;
+use tern_lab::store::record;
+
+use super::outcome::{Outcome, Table};
+
+/// What E5 measured: this host's report first, then each agent's that
+/// answered, and the agents that failed (named).
+pub(super) struct Probed {
+    pub(super) outcome: Outcome,
+    pub(super) reports: Vec<ProbeReport>,
+    pub(super) failures: Vec<String>,
+}
+
+/// E5: the probe suites on this host and on each agent in turn (one at a
+/// time, so none disturbs another's figures), one column per host.
+pub(super) fn e5(quick: bool, agents: &[Remote]) -> anyhow::Result<Probed> {
+    let mut opts = Options::default();
+    if quick {
+        opts = opts.quick();
+    }
+    let mut reports = vec![remote::run(Suite::ALL, &opts)?];
+    let mut failures = Vec::new();
+    for agent in agents {
+        match remote::run_on(agent, Suite::ALL, &opts) {
+            Ok(r) => reports.push(r),
+            Err(e) => failures.push(format!("agent {}: {e}", agent.addr)),
+        }
+    }
+    let mut header = vec!["figure".to_string(), "unit".into()];
+    header.extend(reports.iter().map(|r| r.host.clone()));
+    let mut table = Table(vec![header]);
+    for s in &reports[0].suites {
+        for f in &s.figures {
+            let mut row = vec![format!("{}/{}", s.suite, f.name), f.unit.clone()];
+            // In this host's unit, as `tern probe --agent` compares them.
+            row.extend(reports.iter().map(|r| {
+                r.figure(&s.suite, &f.name).map_or_else(|| "-".into(), |y| num(f.in_unit(y.corrected_ns.median)))
+            }));
+            table.0.push(row);
+        }
+    }
+    let outcome = Outcome {
+        measurements: record::probe_measurements(&reports[0]),
+        table,
+        notes: Vec::new(),
+        config: serde_json::json!({"suites": "all", "quick": quick, "samples": reports[0].samples,
+            "hosts": reports.iter().map(|r| r.host.as_str()).collect::<Vec<_>>()}),
+        interrupted: false,
+    };
+    Ok(Probed { outcome, reports, failures })
+}

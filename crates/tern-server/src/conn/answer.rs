@@ -1,0 +1,202 @@
+//! Answering a complete request: handing it to the site (or redirecting it
+//! to HTTPS, or refusing it), queueing the answer in the output queue,
+//! logging it, and deciding what comes next — gathering the next
+//! pipelined answer into the same write, sending, relaying a backend the
+//! site started, or waiting for the I/O pool to open a file.
+//!
+//! Every answer the connection gives is logged here (`log_answer`), a
+//! backend's too. Nothing here reads or writes the socket.
+
+use tern_http::request::{parse_head, BodyFraming, Head, Request, Version, MAX_HEADERS};
+use tern_http::Method;
+
+use crate::access_log::Entry;
+use crate::error_log::{log, Level};
+use crate::reply::Reply;
+use crate::shared::Shared;
+use crate::site::{Answer, Ends};
+use crate::spool::Spool;
+use crate::tls;
+use crate::worker::Worker;
+
+use super::send::MAX_GATHERED;
+use super::state::{Awaited, Clock, Conn, Phase, Status};
+
+impl Conn {
+    /// Answers the complete request at `rpos`, parsing its head again (it
+    /// was kept in place while its body was read, or while it waited for
+    /// the handle stage). `Some(true)`: answered; `None`: close now.
+    pub(super) fn answer_buffered(&mut self, shared: &Shared, w: &mut Worker<'_>, body_read: bool) -> Option<bool> {
+        let rbuf = std::mem::take(&mut self.rbuf);
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let answered = match parse_head(&rbuf[self.rpos..], &shared.http_limits, &mut fields) {
+            Ok(Head::Complete(req)) => {
+                let head = &rbuf[self.rpos..self.rpos + req.head_len];
+                self.rpos += req.head_len;
+                self.answer(shared, w, &req, head, body_read);
+                Some(true)
+            }
+            _ => None,
+        };
+        self.rbuf = rbuf;
+        if self.waiting.is_none() {
+            // What the site did not take (kept for the request's second
+            // answer while a file is opened).
+            self.spool = Spool::default();
+        }
+        answered
+    }
+
+    /// Answers a complete request (parsed from `head`), queueing the
+    /// response. `body_read`: its body (if any) has been read off the
+    /// connection.
+    pub(super) fn answer(
+        &mut self,
+        shared: &Shared,
+        w: &mut Worker<'_>,
+        req: &Request<'_>,
+        head: &[u8],
+        body_read: bool,
+    ) {
+        let config = &w.config;
+        let limits = &config.limits;
+        if self.out.buf.capacity() == 0 {
+            self.out.adopt(w.pool.take());
+        }
+        self.requests += 1;
+        let mut keep_alive = req.keep_alive
+            && !w.closing()
+            && (limits.keepalive_requests == 0 || self.requests < limits.keepalive_requests);
+        // A body not read by now is not read at all (too large): close
+        // after the answer.
+        let unread_body = req.has_body() && !body_read;
+        let too_large = matches!(req.framing, BodyFraming::Length(n) if n > limits.max_body_bytes.0);
+        if unread_body {
+            keep_alive = false;
+        }
+        let mut reply = Reply::new(
+            &mut self.out,
+            w.date.http(),
+            &config.server_header,
+            self.io.fields(),
+            req.method == Method::Head,
+            req.version == Version::Http10,
+            keep_alive,
+        );
+        let answer = if too_large {
+            reply.error(413);
+            Answer::Done
+        } else if let Some(port) = self.redirect {
+            let location = tls::https_location(req.host, self.peers.local(&self.io.sock), port, req.path, req.query);
+            reply.redirect(308, location.as_bytes());
+            Answer::Done
+        } else {
+            shared.site.respond(req, &mut self.spool, Ends { peers: &self.peers, sock: &self.io.sock }, &mut reply, w)
+        };
+        let ticket = match answer {
+            Answer::Backend(job) => {
+                self.keep_alive = reply.keep_alive;
+                return self.start_backend(w, req, job);
+            }
+            Answer::Waiting(ticket) => ticket,
+            Answer::Done => {
+                reply.finish();
+                let (status, body_len, keep_alive) = (reply.status, reply.body_len, reply.keep_alive);
+                return self.answered_whole(w, req, status, body_len, keep_alive);
+            }
+        };
+        // Not answered yet: answered again once the file is open.
+        self.requests -= 1;
+        let awaited = Awaited::Open { head: head.to_vec(), body_read };
+        if let Some(Status::Closed) = self.wait(shared, w, ticket, awaited) {
+            self.answer_error(w, 500, req.request_line.as_bytes());
+        }
+    }
+
+    /// Counts and logs an answer that is queued whole.
+    fn answered_whole(&mut self, w: &mut Worker<'_>, req: &Request<'_>, status: u16, body_len: u64, keep_alive: bool) {
+        self.keep_alive = keep_alive;
+        w.stats.requests.incr();
+        let (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
+        self.log_answer(w, req.request_line.as_bytes(), status, body_len, referer, user_agent);
+        self.after_answer(w);
+    }
+
+    /// Counts an answer's status, logs it (`line`: its request line) and
+    /// notes it for its service record.
+    pub(super) fn log_answer(
+        &mut self,
+        w: &mut Worker<'_>,
+        line: &[u8],
+        status: u16,
+        bytes: u64,
+        referer: Option<&[u8]>,
+        user_agent: Option<&[u8]>,
+    ) {
+        w.stats.status(status);
+        w.log.record(&Entry {
+            client: self.peers.peer.ip(),
+            time: w.date.clf(),
+            request_line: line,
+            status,
+            bytes,
+            referer,
+            user_agent,
+        });
+        self.records.answered(w, status, bytes);
+    }
+
+    /// Answers a request that could not be parsed (or timed out) and
+    /// closes after it; `line` is what arrived of its request line.
+    pub(super) fn answer_error(&mut self, w: &mut Worker<'_>, status: u16, line: &[u8]) {
+        let config = &w.config;
+        if self.out.buf.capacity() == 0 {
+            self.out.adopt(w.pool.take());
+        }
+        let fields = self.io.fields();
+        let mut reply = Reply::new(&mut self.out, w.date.http(), &config.server_header, fields, false, false, false);
+        reply.error(status);
+        reply.finish();
+        let bytes = reply.body_len;
+        // Every answer counts, 408 and a bad body's 400/413 included.
+        w.stats.requests.incr();
+        self.log_answer(w, line, status, bytes, None, None);
+        self.keep_alive = false;
+        self.body = None;
+        self.phase = Phase::Send;
+        self.set_clock(Clock::Send, w);
+    }
+
+    /// Answers plain HTTP sent to an HTTPS address in plain text, as the
+    /// client speaks, then closes (the transport has ended the session).
+    pub(super) fn answer_plain_http(&mut self, w: &mut Worker<'_>) {
+        log!(Level::Info, "{}: plain HTTP sent to an HTTPS address", self.peers.peer);
+        if self.out.buf.capacity() == 0 {
+            self.out.adopt(w.pool.take());
+        }
+        self.out.buf.extend_from_slice(tls::PLAIN_HTTP_ANSWER);
+        self.out.commit_buf();
+        w.stats.requests.incr();
+        w.stats.status(400);
+        self.keep_alive = false;
+        self.phase = Phase::Send;
+        self.set_clock(Clock::Send, w);
+    }
+
+    /// Decides whether to gather the next pipelined response into the same
+    /// write or to start sending.
+    fn after_answer(&mut self, w: &mut Worker<'_>) {
+        // Not under stages: each answer is handed on to be sent by itself.
+        let gather = self.stage.is_none()
+            && self.keep_alive
+            && self.rpos < self.rbuf.len()
+            && self.out.gathers()
+            && self.out.queued() < MAX_GATHERED;
+        if gather {
+            self.phase = Phase::Head;
+        } else {
+            self.phase = Phase::Send;
+            self.set_clock(Clock::Send, w);
+        }
+    }
+}

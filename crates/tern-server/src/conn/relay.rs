@@ -1,0 +1,185 @@
+//! Relaying a backend (phase `Backend`): the CGI program or FastCGI
+//! exchange the site started for a request, driven through the one
+//! interface `site/backend.rs`'s `Job` offers — its output pumped into the
+//! output queue as the response, its failure answered (`502`, `504`) while
+//! no head is out, a local redirect answered in its place, its deadline
+//! enforced, and the job ended (or abandoned) and logged.
+//!
+//! It never reads the client's socket, and it never knows which kind of
+//! backend runs: that is the job's.
+
+use tern_http::request::{parse_head, Head, Request, Version, MAX_HEADERS};
+use tern_http::Method;
+
+use crate::error_log::{log, Level};
+use crate::reply::{Params, Reply};
+use crate::shared::Shared;
+use crate::site::backend::Job;
+use crate::site::cgi::Pump;
+use crate::spool::Spool;
+use crate::worker::Worker;
+
+use super::state::{Backend, Clock, Conn, Phase, Status};
+
+/// Local redirects (RFC 3875 §6.2.2) followed for one request.
+const MAX_LOCAL_REDIRECTS: u8 = 10;
+
+impl Backend {
+    /// How the answer to this backend's request is framed on a connection
+    /// with header lines `fields`.
+    fn params<'a>(&self, w: &'a Worker<'_>, fields: &'a [u8], keep_alive: bool) -> Params<'a> {
+        Params {
+            date: w.date.http(),
+            server: &w.config.server_header,
+            fields,
+            head_only: self.head_only,
+            http10: self.http10,
+            keep_alive,
+        }
+    }
+}
+
+impl Conn {
+    /// Hands the rest of the answer to a started backend.
+    pub(super) fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, mut job: Job) {
+        w.stats.requests.incr();
+        if let Err(err) = job.watch(self.key, w) {
+            log!(Level::Error, "cannot watch a backend's descriptor: {err}");
+        }
+        let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
+        w.backend_jobs += 1;
+        self.backend = Some(Box::new(Backend {
+            job,
+            request_line: req.request_line.to_string(),
+            referer: owned(req.fields.referer),
+            user_agent: owned(req.fields.user_agent),
+            host: req.host.unwrap_or("localhost").to_string(),
+            head_only: req.method == Method::Head,
+            http10: req.version == Version::Http10,
+        }));
+        self.phase = Phase::Backend;
+        self.set_clock(Clock::Backend, w);
+    }
+
+    /// Relays the backend's output into the output queue. Returns a status
+    /// to return, or `None` to keep driving.
+    pub(super) fn pump(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Option<Status> {
+        let b = self.backend.as_mut().expect("backend phase without a backend");
+        let params = b.params(w, self.io.fields(), self.keep_alive);
+        match b.job.pump(&mut self.out, &params, shared.site.cgi.pipe_buffer, w) {
+            Pump::Wait => None,
+            Pump::Progress => None,
+            Pump::AwaitExit => {
+                if let Some(fd) = b.job.exit_fd() {
+                    if let Err(err) = w.watcher.watch(self.key, fd) {
+                        log!(Level::Error, "cannot watch a CGI program's exit: {err}");
+                    }
+                }
+                // A program that closed its output has a moment to exit.
+                self.set_clock(Clock::Exit, w);
+                None
+            }
+            Pump::Done { keep_alive } => {
+                self.keep_alive &= keep_alive;
+                let b = self.end_backend(w, false);
+                let r = b.job.response();
+                self.log_backend(w, &b, r.status, r.body_bytes);
+                self.phase = Phase::Send;
+                self.set_clock(Clock::Send, w);
+                None
+            }
+            Pump::Fail(status) => {
+                let b = self.end_backend(w, true);
+                self.backend_error(w, &b, status);
+                None
+            }
+            Pump::Redirect(location) => {
+                let b = self.end_backend(w, true);
+                self.local_redirect(shared, w, &b, &location);
+                None
+            }
+        }
+    }
+
+    /// Detaches the backend and ends its job (`abandon`: kill the program,
+    /// close the FastCGI connection).
+    fn end_backend(&mut self, w: &mut Worker<'_>, abandon: bool) -> Box<Backend> {
+        let mut b = self.backend.take().expect("a backend to end");
+        // Saturating: a connection may end on another thread than the
+        // one it started on (the count only steers busy polling).
+        w.backend_jobs = w.backend_jobs.saturating_sub(1);
+        b.job.end(w, abandon);
+        b
+    }
+
+    /// Abandons the backend (timeout, client gone).
+    pub(super) fn abort_backend(&mut self, w: &mut Worker<'_>) {
+        if self.backend.is_some() {
+            self.end_backend(w, true);
+        }
+    }
+
+    /// Answers `status` for a backend that failed before its head was sent.
+    fn backend_error(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16) {
+        self.out.clear();
+        let params = b.params(w, self.io.fields(), self.keep_alive);
+        let mut reply = Reply::with(&mut self.out, &params);
+        reply.error(status);
+        reply.finish();
+        let body_len = reply.body_len;
+        self.log_backend(w, b, status, body_len);
+        self.phase = Phase::Send;
+        self.set_clock(Clock::Send, w);
+    }
+
+    fn log_backend(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
+        let (referer, user_agent) = (b.referer.as_deref(), b.user_agent.as_deref());
+        self.log_answer(w, b.request_line.as_bytes(), status, bytes, referer, user_agent);
+    }
+
+    /// Answers `GET location` in place of the program's response.
+    fn local_redirect(&mut self, shared: &Shared, w: &mut Worker<'_>, b: &Backend, location: &[u8]) {
+        self.redirects += 1;
+        if self.redirects > MAX_LOCAL_REDIRECTS {
+            log!(Level::Warn, "{}: more than {MAX_LOCAL_REDIRECTS} local redirects", self.peers.peer);
+            return self.backend_error(w, b, 500);
+        }
+        let mut raw = Vec::with_capacity(location.len() + b.host.len() + 64);
+        raw.extend_from_slice(b"GET ");
+        raw.extend_from_slice(location);
+        raw.extend_from_slice(if b.http10 { b" HTTP/1.0\r\nHost: " } else { b" HTTP/1.1\r\nHost: " });
+        raw.extend_from_slice(b.host.as_bytes());
+        raw.extend_from_slice(match (self.keep_alive, b.http10) {
+            (false, _) => b"\r\nConnection: close\r\n\r\n".as_slice(),
+            (true, true) => b"\r\nConnection: keep-alive\r\n\r\n",
+            (true, false) => b"\r\n\r\n",
+        });
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        match parse_head(&raw, &shared.http_limits, &mut fields) {
+            Ok(Head::Complete(req)) => {
+                self.spool = Spool::default();
+                self.answer(shared, w, &req, &raw, true);
+            }
+            _ => self.backend_error(w, b, 502),
+        }
+    }
+
+    /// A backend past its deadline is abandoned: `504` (or what the job
+    /// says), or a closed connection when part of its response is out.
+    pub(super) fn backend_tick(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
+        let client_blocked = !self.out.is_empty();
+        let Some(b) = self.backend.as_mut() else { return Status::Open };
+        let Some(status) = b.job.expired(w.now, shared.site.cgi.timeout, client_blocked, w) else {
+            return Status::Open;
+        };
+        let b = self.end_backend(w, true);
+        if b.job.response().head_sent() {
+            // Part of the response is out: only closing can say it is
+            // incomplete.
+            return Status::Closed;
+        }
+        self.keep_alive = false;
+        self.backend_error(w, &b, status);
+        self.drive(shared, w)
+    }
+}
