@@ -48,6 +48,12 @@ impl Default for Log {
     }
 }
 
+impl Log {
+    /// The keys a `[[site]]` may set in `[site.log]`: where its requests
+    /// are logged.
+    pub const SITE_KEYS: &'static [&'static str] = &["access"];
+}
+
 /// Where access lines go: nowhere, or a shared append-only file.
 #[derive(Clone)]
 pub struct AccessTarget(Option<Arc<File>>);

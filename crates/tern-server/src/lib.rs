@@ -29,6 +29,7 @@ pub mod conn;
 pub mod engine;
 pub mod error_log;
 pub mod handover;
+pub mod htpasswd;
 pub mod limits;
 pub mod listeners;
 pub mod metrics;

@@ -68,12 +68,18 @@ fn classify(err: rustix::io::Errno) -> ResolveError {
     }
 }
 
-/// The document root as an open directory.
+/// A document root as an open directory. Each `Root` opened has an id of
+/// its own, so tables keyed by path (the open-file table) keep the files of
+/// two roots apart.
 pub struct Root {
     dir: OwnedFd,
     resolve: ResolveFlags,
     index: Vec<String>,
+    id: u32,
 }
+
+/// The id the next root opened gets.
+static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 impl Root {
     pub fn open(path: &Path, symlinks: Symlinks, index: Vec<String>) -> io::Result<Root> {
@@ -83,13 +89,18 @@ impl Root {
             Symlinks::Never => ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
             Symlinks::Any => ResolveFlags::NO_MAGICLINKS,
         };
-        Ok(Root { dir, resolve, index })
+        Ok(Root { dir, resolve, index, id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) })
+    }
+
+    /// This root's id (a clone has its original's).
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// The same root on a duplicated descriptor (for the I/O pool's
     /// threads, which open files for the workers).
     pub fn try_clone(&self) -> io::Result<Root> {
-        Ok(Root { dir: self.dir.try_clone()?, resolve: self.resolve, index: self.index.clone() })
+        Ok(Root { dir: self.dir.try_clone()?, resolve: self.resolve, index: self.index.clone(), id: self.id })
     }
 
     /// The name of index file number `i`.
@@ -119,6 +130,15 @@ impl Root {
         let fd = openat2(&self.dir, rel, flags, Mode::empty(), self.resolve).map_err(classify)?;
         let stat = rustix::fs::fstat(&fd).map_err(classify)?;
         Ok((fd, stat))
+    }
+
+    /// Opens the directory at `rel` to read its entries (a listing).
+    pub fn open_dir(&self, rel: &[u8]) -> Result<OwnedFd, ResolveError> {
+        let (fd, stat) = self.open_at(rel)?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => Ok(fd),
+            _ => Err(ResolveError::NotFound),
+        }
     }
 
     /// The identity of the file at `rel` now, with one `fstatat` and no

@@ -21,7 +21,7 @@ use crate::room::Room;
 use crate::service_records::RecordTarget;
 use crate::shared::Shared;
 use crate::site::app::Apps;
-use crate::site::Site;
+use crate::site::Sites;
 use crate::static_io::{StaticFiles, StaticIo};
 use crate::tls::{self, Role};
 use crate::{calibrate, error_log, listeners, privileges, sys};
@@ -186,13 +186,13 @@ impl Prepared {
         }
     }
 
-    /// The site (document root, CGI settings) with its compression
-    /// threads, and the static I/O choices (an `io_profile` read).
-    fn site(&self) -> Result<(Site, StaticIo), StartError> {
+    /// The sites (document roots, locations, CGI settings) with the
+    /// compression threads, and the static I/O choices (an `io_profile`
+    /// read).
+    fn site(&self) -> Result<(Sites, StaticIo), StartError> {
         // Dropped on any error, which also ends its threads.
-        let s = &self.config.server;
-        let compression = Compression::start(&self.config.compression, &s.root, s.symlinks, &s.index)?;
-        let site = Site::new(self.config.site(), compression)?;
+        let compression = Compression::start(&self.config.compression)?;
+        let site = Sites::new(self.config.sites(), compression)?;
         let io = StaticIo::new(&self.config.static_files).map_err(StartError::Config)?;
         Ok((site, io))
     }
@@ -261,7 +261,11 @@ impl Server {
         site.apps = apps;
         let io = Arc::new(io);
         let Prepared { config, access, records, per_worker, addrs, tls } = prepared;
-        if site.cgi.refuses_as_root() && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty()) {
+        if crate::privileges::is_root()
+            && !config.cgi.allow_root
+            && config.server.user.is_empty()
+            && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty())
+        {
             log!(
                 Level::Warn,
                 "running as root without server.user: CGI programs will be refused (403); set server.user, \
@@ -282,7 +286,7 @@ impl Server {
         let (static_files, limits) = (config.static_files.clone(), config.limits.clone());
         let offload = match config.io_pool_threads() {
             0 => None,
-            n => Some(Offload::start(n, site.root.try_clone()?)?),
+            n => Some(Offload::start(n)?),
         };
         let plan = config.engine();
         let blocks = engine::stat_blocks(&plan, workers);
@@ -448,5 +452,5 @@ fn finish(shared: Arc<Shared>, workers: Vec<JoinHandle<()>>) {
     for worker in workers {
         let _ = worker.join();
     }
-    shared.site.compression.stop();
+    shared.site.stop();
 }

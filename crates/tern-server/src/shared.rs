@@ -14,7 +14,7 @@ use crate::offload::Offload;
 use crate::per_ip::PerIp;
 use crate::room::Room;
 use crate::service_records::RecordTarget;
-use crate::site::Site;
+use crate::site::Sites;
 use crate::static_io::StaticIo;
 use crate::tls;
 use crate::worker::{Settings, Watcher, Worker};
@@ -23,7 +23,7 @@ pub struct Shared {
     /// What the workers lend their connections of the configuration.
     pub config: Settings,
     pub http_limits: Limits,
-    pub site: Site,
+    pub site: Sites,
     pub server: ServerStats,
     pub access: AccessTarget,
     /// Where per-request service records go (`log.service_records`).

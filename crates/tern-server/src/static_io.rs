@@ -197,6 +197,11 @@ impl Default for StaticFiles {
 }
 
 impl StaticFiles {
+    /// The keys a `[[site]]` may set in `[site.static]`; the others are
+    /// the whole server's (one open-file table, one I/O method per size).
+    pub const SITE_KEYS: &'static [&'static str] =
+        &["charset", "mime_types", "hidden", "hidden_allow", "exclude_extensions"];
+
     /// The first rule of `[static]` a value breaks: `(key, message)`.
     pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
         first_broken([

@@ -109,6 +109,11 @@ pub enum TlsVersion {
 }
 
 impl Tls {
+    /// The keys a `[[site]]` may set in `[site.tls]`: its certificates
+    /// (sent for its host names unless an entry names others); the rest
+    /// belongs to the listeners.
+    pub const SITE_KEYS: &'static [&'static str] = &["certificates"];
+
     /// The first rule of `[tls]` a value breaks: `(key, message)`.
     pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
         first_broken([
@@ -401,6 +406,11 @@ impl Read for Reader<'_> {
 }
 
 impl Session {
+    /// The host name the client asked for in its hello (SNI), if any.
+    pub fn server_name(&self) -> Option<&str> {
+        self.conn.server_name()
+    }
+
     /// Moves what the socket has through TLS into `rbuf` (as far as its
     /// capacity goes); `may_read` is the connection's edge state, `raw`
     /// counts the bytes read (for the minimum rates).

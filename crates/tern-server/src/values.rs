@@ -49,6 +49,15 @@ fn line_of(text: &str, section: &str, key: &str) -> Option<usize> {
     None
 }
 
+/// Makes a relative `path` from the configuration relative to `dir`, the
+/// configuration file's directory; an empty path (a key's "none") stays
+/// empty.
+pub fn rebase(path: &mut PathBuf, dir: &Path) {
+    if path.is_relative() && !path.as_os_str().is_empty() {
+        *path = dir.join(&*path);
+    }
+}
+
 /// A section's rules a value's type alone cannot express, in order:
 /// `(broken, key, message)`. Returns the key and message of the first
 /// broken one (what `Config::broken_rule` reports, with its section).

@@ -15,6 +15,7 @@ use std::time::{Instant, SystemTime};
 use tern_http::date::DateCache;
 
 use crate::access_log::{AccessLog, AccessTarget};
+use crate::htpasswd::AuthCache;
 use crate::limits::{Limits, Timeouts};
 use crate::metrics::{Ending, ServerStats, WorkerStats};
 use crate::offload::Offload;
@@ -226,6 +227,8 @@ pub struct Settings {
     pub access_buffer: usize,
     /// `cgi.kill_group`, for the reaper.
     pub kill_group: bool,
+    /// `cgi.pipe_buffer`: the most read from a backend at once.
+    pub pipe_buffer: usize,
 }
 
 pub struct Worker<'s> {
@@ -269,6 +272,8 @@ pub struct Worker<'s> {
     /// What the I/O pool found for the path of the request being answered
     /// again (taken by static files; cleared after the answer).
     pub resolved: Option<Result<Found, ResolveError>>,
+    /// Credentials this worker recently let in (`htpasswd.rs`).
+    pub auth: AuthCache,
     settling: Settling,
 }
 
@@ -302,6 +307,7 @@ impl<'s> Worker<'s> {
             backend_jobs: 0,
             offload: None,
             resolved: None,
+            auth: AuthCache::default(),
             settling: Settling::default(),
         }
     }

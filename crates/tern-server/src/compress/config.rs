@@ -127,6 +127,11 @@ pub enum CodingName {
 }
 
 impl Compression {
+    /// The keys a `[[site]]` may set in `[site.compression]`: whether and
+    /// what to compress; the levels, the cache and its threads are the
+    /// whole server's.
+    pub const SITE_KEYS: &'static [&'static str] = &["enabled", "codings", "min_size", "mime_types"];
+
     /// The first rule of `[compression]` a value breaks: `(key, message)`.
     pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
         first_broken([

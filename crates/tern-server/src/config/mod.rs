@@ -16,6 +16,7 @@
 //! (`tests/config_reference.rs`).
 
 mod server;
+mod sites;
 
 use std::path::{Path, PathBuf};
 
@@ -26,13 +27,14 @@ use crate::compress::config::Compression;
 use crate::engine;
 use crate::engine::staged::Staged;
 use crate::limits::{Limits, Timeouts};
+use crate::site;
 use crate::site::cgi::config::Cgi;
+use crate::site::config::{SiteConfig, SiteKeys, SiteSections};
 use crate::site::fastcgi::config::FastCgi;
 use crate::site::internal::Status;
-use crate::site::Sections;
 use crate::static_io::StaticFiles;
 use crate::tls::Tls;
-use crate::values::Origin;
+use crate::values::{rebase, Origin};
 use crate::worker;
 
 pub use server::Server;
@@ -59,6 +61,15 @@ pub struct Config {
     pub compression: Compression,
     pub tls: Tls,
     pub staged: Staged,
+    /// `[[site]]`: virtual hosts, each with its host names, settings and
+    /// locations (see `site/config.rs`). Read apart from the rest
+    /// (`config/sites.rs`): here they are only seen to be tables.
+    #[serde(rename = "site")]
+    pub site_tables: Vec<serde::de::IgnoredAny>,
+    /// The sites as read. None: the top-level settings are one site that
+    /// answers every host.
+    #[serde(skip)]
+    pub sites: Vec<SiteConfig>,
     /// The file and text this was parsed from, so errors found later (at
     /// start) still name the line.
     #[serde(skip)]
@@ -82,6 +93,7 @@ impl Config {
     pub fn parse(text: &str, origin: &Path) -> Result<Config, ConfigError> {
         let invalid = |message: String| ConfigError::Invalid { path: origin.to_path_buf(), message };
         let mut config: Config = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        config.sites = sites::read(text).map_err(invalid)?;
         config.origin = Origin::new(origin, text);
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(ConfigError::Rule(format!("{}: {message}", config.at(section, key))));
@@ -95,10 +107,11 @@ impl Config {
             }
             for c in &mut config.tls.certificates {
                 for path in [&mut c.cert, &mut c.key] {
-                    if path.is_relative() {
-                        *path = dir.join(&*path);
-                    }
+                    rebase(path, dir);
                 }
+            }
+            for site in &mut config.sites {
+                site.rebase(dir);
             }
         }
         Ok(config)
@@ -164,17 +177,34 @@ impl Config {
         }
     }
 
-    /// What the site is built from.
-    pub fn site(&self) -> Sections<'_> {
+    /// What the sites are built from: the `[[site]]`s, or without any
+    /// the top-level settings as one site that answers every host.
+    pub fn sites(&self) -> site::Plan<'_> {
         let s = &self.server;
-        Sections {
-            root: &s.root,
-            index: &s.index,
+        let sites = if self.sites.is_empty() {
+            vec![SiteConfig {
+                keys: SiteKeys { default: true, ..SiteKeys::default() },
+                sections: SiteSections {
+                    static_files: self.static_files.clone(),
+                    compression: self.compression.clone(),
+                    cgi: self.cgi.clone(),
+                    fastcgi: self.fastcgi.clone(),
+                    log: self.log.clone(),
+                    tls: Tls::default(),
+                    own_backends: Vec::new(),
+                },
+                ..SiteConfig::default()
+            }]
+        } else {
+            self.sites.clone()
+        };
+        site::Plan {
+            sites,
+            root: s.root.clone(),
+            index: s.index.clone(),
             symlinks: s.symlinks,
-            static_files: &self.static_files,
+            unknown_host: s.unknown_host,
             limits: &self.limits,
-            cgi: &self.cgi,
-            fastcgi: &self.fastcgi,
             status: &self.status,
             model: s.model.name(),
             staged: s.model == Model::Staged,
@@ -193,6 +223,7 @@ impl Config {
             timeouts: self.timeouts.clone(),
             access_buffer: self.log.access_buffer.usize(),
             kill_group: self.cgi.kill_group,
+            pipe_buffer: self.cgi.pipe_buffer.usize(),
         }
     }
 }

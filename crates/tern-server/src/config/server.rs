@@ -87,6 +87,10 @@ pub struct Server {
     /// silent is held by the kernel, not a worker, until then. 0 = wake at
     /// the handshake; whole seconds, at most `"60s"`. Default `"1s"`.
     pub defer_accept: Seconds,
+    /// The status answered to a request whose host no `[[site]]` lists
+    /// when no site is `default`: 421 (Misdirected Request: this server
+    /// does not serve that name) or 404. Default 421.
+    pub unknown_host: u16,
 }
 
 impl Default for Server {
@@ -110,6 +114,7 @@ impl Default for Server {
             reload_drain_timeout: Seconds(Duration::ZERO),
             busy_poll: Seconds(Duration::from_micros(50)),
             defer_accept: Seconds(Duration::from_secs(1)),
+            unknown_host: 421,
         }
     }
 }
@@ -138,6 +143,7 @@ impl Server {
             (!(1..=MAX_THREADS).contains(&self.max_threads), "max_threads", THREADS_RANGE),
             (self.cpus.iter().any(|&c| c >= CPU_SETSIZE), "cpus", "each must be a CPU number below 1024"),
             (self.user.is_empty() && !self.group.is_empty(), "group", "needs server.user"),
+            (!matches!(self.unknown_host, 404 | 421), "unknown_host", "must be 421 or 404"),
         ])
     }
 }

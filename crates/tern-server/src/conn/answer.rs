@@ -91,12 +91,19 @@ impl Conn {
             reply.redirect(308, location.as_bytes());
             Answer::Done
         } else {
-            shared.site.respond(req, &mut self.spool, Ends { peers: &self.peers, sock: &self.io.sock }, &mut reply, w)
+            let ends = Ends {
+                peers: &self.peers,
+                sock: &self.io.sock,
+                sni: self.io.server_name(),
+                https: self.io.tls.is_some(),
+            };
+            shared.site.respond(req, &mut self.spool, ends, &mut reply, w)
         };
         let ticket = match answer {
             Answer::Backend(job) => {
                 self.keep_alive = reply.keep_alive;
-                return self.start_backend(w, req, job);
+                let answerer = (reply.dressing.cloned(), reply.site);
+                return self.start_backend(w, req, job, answerer);
             }
             Answer::Waiting(ticket) => ticket,
             Answer::Done => {

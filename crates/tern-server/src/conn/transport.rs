@@ -98,6 +98,11 @@ impl Transport {
         self.tls.as_ref().map_or(&[], |t| t.fields())
     }
 
+    /// The host name a TLS client asked for (SNI), if any.
+    pub(super) fn server_name(&self) -> Option<&str> {
+        self.tls.as_ref().and_then(|t| t.server_name())
+    }
+
     /// Reads what the socket has into `buf`'s spare capacity, counting the
     /// bytes into `moved`.
     pub(super) fn read(&mut self, buf: &mut Vec<u8>, moved: &mut u64, stats: &WorkerStats) -> Result<Fill, PlainHttp> {

@@ -90,7 +90,7 @@ pub fn run(
         Box::new(move |fd| _ = forget.deregister(&mut SourceFd(&fd.as_raw_fd()))),
     ));
     let _ = ready.send(Ok(waker));
-    let links = Arc::new(Links::new(shared.site.fastcgi.links));
+    let links = Arc::new(Links::new(shared.site.pools.links));
     let watcher = EpollWatcher { registry, doorbell: doorbell.clone(), links: links.clone() };
     let mut w = shared.worker(index, Box::new(watcher));
     let mut listening = Listening::new(listeners, &mut w);

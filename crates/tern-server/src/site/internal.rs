@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde::Deserialize;
 use tern_http::{Method, Request};
 
-use super::fastcgi;
+use super::fastcgi::backends::Pools;
 use crate::compress::config::WhenFull;
 use crate::compress::Compression;
 use crate::metrics::{Ending, ServerStats, StageStats, Totals};
@@ -72,6 +72,8 @@ pub struct Settings {
     pub staged: bool,
     /// Threads of the blocking I/O pool.
     pub io_pool_threads: usize,
+    /// `compression.enabled` of the top-level configuration.
+    pub compression_enabled: bool,
 }
 
 pub fn serve(
@@ -79,7 +81,7 @@ pub fn serve(
     peer: SocketAddr,
     settings: &Settings,
     compression: &Compression,
-    fastcgi: &fastcgi::Settings,
+    pools: &Pools,
     reply: &mut Reply<'_>,
     w: &mut Worker<'_>,
 ) {
@@ -144,8 +146,8 @@ pub fn serve(
                 "opens": t.offloaded_opens,
                 "reads": t.offloaded_reads,
             },
-            "compression": compression_json(compression, &t),
-            "fastcgi": fastcgi_json(fastcgi),
+            "compression": compression_json(compression, settings.compression_enabled, &t),
+            "fastcgi": fastcgi_json(pools),
             "stages": settings.staged.then(|| stages_json(server)),
             "tls": {
                 "connections": t.tls_active,
@@ -166,7 +168,7 @@ pub fn serve(
     }
     let mut text = prometheus(&t, uptime, server.worker_threads, server.cgi_running.load(Relaxed) as u64);
     compression_prometheus(&mut text, compression, &t);
-    fastcgi_prometheus(&mut text, fastcgi);
+    fastcgi_prometheus(&mut text, pools);
     if settings.staged {
         stages_prometheus(&mut text, server);
     }
@@ -182,7 +184,7 @@ pub fn serve(
 /// The `compression` object of the status page: per-request counters from
 /// the workers, cache and per-coding counters from the shared cache (with
 /// the measured speed at the configured level).
-fn compression_json(c: &Compression, t: &Totals) -> serde_json::Value {
+fn compression_json(c: &Compression, enabled: bool, t: &Totals) -> serde_json::Value {
     let stats = &c.cache.stats;
     let (memory, cap) = c.cache.memory();
     let mut codings = serde_json::Map::new();
@@ -206,7 +208,7 @@ fn compression_json(c: &Compression, t: &Totals) -> serde_json::Value {
     }
     let lookups = t.compress_hits + t.compress_misses;
     serde_json::json!({
-        "enabled": c.enabled(),
+        "enabled": enabled,
         "hits": t.compress_hits,
         "misses": t.compress_misses,
         "hit_rate": if lookups == 0 { 0.0 } else { t.compress_hits as f64 / lookups as f64 },
@@ -248,18 +250,18 @@ struct PoolFigures {
     timeouts: u64,
 }
 
-fn pool_figures(f: &fastcgi::Settings) -> Vec<PoolFigures> {
-    f.backends
+fn pool_figures(pools: &Pools) -> Vec<PoolFigures> {
+    pools
         .iter()
-        .map(|b| {
-            let (p, st) = (b.pool.snapshot(), &b.pool.stats);
+        .map(|(name, pool)| {
+            let (p, st) = (pool.snapshot(), &pool.stats);
             PoolFigures {
-                name: b.name.clone(),
+                name: name.to_string(),
                 open: p.open as u64,
                 idle: p.idle as u64,
                 busy: (p.open - p.idle) as u64,
                 waiting: p.waiting as u64,
-                max: b.pool.cap() as u64,
+                max: pool.cap() as u64,
                 connects: st.connects.load(Relaxed),
                 reused: st.reused.load(Relaxed),
                 retried: st.retried.load(Relaxed),
@@ -271,9 +273,9 @@ fn pool_figures(f: &fastcgi::Settings) -> Vec<PoolFigures> {
         .collect()
 }
 
-fn fastcgi_json(f: &fastcgi::Settings) -> serde_json::Value {
+fn fastcgi_json(pools: &Pools) -> serde_json::Value {
     let mut backends = serde_json::Map::new();
-    for p in pool_figures(f) {
+    for p in pool_figures(pools) {
         let uses = p.reused + p.connects;
         backends.insert(
             p.name,
@@ -296,8 +298,8 @@ fn fastcgi_json(f: &fastcgi::Settings) -> serde_json::Value {
     serde_json::json!({ "backends": backends })
 }
 
-fn fastcgi_prometheus(s: &mut String, f: &fastcgi::Settings) {
-    let figures = pool_figures(f);
+fn fastcgi_prometheus(s: &mut String, pools: &Pools) {
+    let figures = pool_figures(pools);
     if figures.is_empty() {
         return;
     }

@@ -68,6 +68,11 @@ impl Default for Cgi {
 }
 
 impl Cgi {
+    /// The keys a `[[site]]` may set in `[site.cgi]`; `max_processes`,
+    /// `pipe_buffer` and `kill_group` are the whole server's.
+    pub const SITE_KEYS: &'static [&'static str] =
+        &["directories", "extensions", "interpreters", "timeout", "pass_env", "env", "allow_root"];
+
     /// The first rule of `[cgi]` a value breaks: `(key, message)`.
     pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
         first_broken([

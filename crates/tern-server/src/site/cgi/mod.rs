@@ -75,11 +75,7 @@ pub struct Settings {
     interpreters: Vec<(String, PathBuf)>,
     /// Passed-through and fixed variables, before the meta-variables.
     pass_env: Vec<(OsString, OsString)>,
-    /// The document root as an absolute path, for `PATH_TRANSLATED`,
-    /// `SCRIPT_FILENAME` and executing the program.
-    root: PathBuf,
     pub timeout: Duration,
-    pub pipe_buffer: usize,
     pub max_processes: usize,
     /// The server is root and `cgi.allow_root` is off.
     as_root_refused: bool,
@@ -134,10 +130,8 @@ impl Settings {
         self.as_root_refused
     }
 
-    /// `root`: `server.root`.
-    pub fn new(c: &Cgi, root: &Path) -> std::io::Result<Settings> {
-        let root = std::fs::canonicalize(root)?;
-        Ok(Settings {
+    pub fn new(c: &Cgi) -> Settings {
+        Settings {
             prefixes: c.directories.iter().map(|d| d.trim_matches('/').as_bytes().to_vec()).collect(),
             extensions: c.extensions.iter().map(|e| e.trim_start_matches('.').to_string()).collect(),
             interpreters: c
@@ -151,12 +145,10 @@ impl Settings {
                 .filter_map(|k| std::env::var_os(k).map(|v| (OsString::from(k), v)))
                 .chain(c.env.iter().map(|(k, v)| (k.into(), v.into())))
                 .collect(),
-            root,
             timeout: c.timeout.0,
-            pipe_buffer: c.pipe_buffer.usize(),
             max_processes: c.max_processes,
             as_root_refused: privileges::is_root() && !c.allow_root,
-        })
+        }
     }
 
     fn is_program_name(&self, segment: &[u8]) -> bool {
@@ -209,6 +201,9 @@ impl Settings {
 /// What a request needs to start a program, beyond the request itself.
 pub struct Launch<'a> {
     pub script: Script,
+    /// The directory the request's location serves, as an absolute path:
+    /// where the program is run from, `DOCUMENT_ROOT`.
+    pub root: &'a Path,
     /// The normalised path (the program is its first `script.name_len`
     /// bytes) and whether it ended in `/`.
     pub rel: &'a [u8],
@@ -250,7 +245,7 @@ pub fn start(
 
 fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Result<Running> {
     let name = &l.rel[..l.script.name_len];
-    let program = settings.root.join(OsStr::from_bytes(name));
+    let program = l.root.join(OsStr::from_bytes(name));
     let mut cmd = match &l.script.interpreter {
         Some(interpreter) => {
             let mut c = Command::new(interpreter);
@@ -262,7 +257,7 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
     cmd.env_clear().envs(settings.pass_env.iter().map(|(k, v)| (k, v)));
     let name_len = l.script.name_len;
     let meta = Meta {
-        root: settings.root.as_os_str().as_bytes(),
+        root: l.root.as_os_str().as_bytes(),
         script_name: &l.rel[..name_len],
         filename: program.as_os_str().as_bytes(),
         path_info: &l.rel[name_len..],
@@ -295,6 +290,7 @@ fn spawn(settings: &Settings, req: &Request<'_>, l: &Launch<'_>) -> std::io::Res
         response: Response::new(req, nph),
         exit_fd: None,
         started: Instant::now(),
+        timeout: settings.timeout,
     })
 }
 
@@ -486,6 +482,8 @@ pub struct Running {
     /// A pidfd, readable once the program exits (while waiting for it).
     exit_fd: Option<OwnedFd>,
     started: Instant,
+    /// `cgi.timeout` of the site that started it.
+    timeout: Duration,
 }
 
 /// What relaying found.
@@ -537,8 +535,8 @@ impl Running {
     }
 
     /// Whether the program has run past `timeout`.
-    pub fn expired(&self, now: Instant, timeout: Duration) -> bool {
-        now.saturating_duration_since(self.started) > timeout
+    pub fn expired(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.started) > self.timeout
     }
 
     /// Reads what the program printed and queues response bytes (reading at
@@ -1001,8 +999,15 @@ mod tests {
     /// for the client and the last answer.
     fn fed(pieces: &[&[u8]]) -> (Vec<u8>, Pump) {
         let date = *b"Wed, 25 Nov 2026 05:00:00 GMT";
-        let params =
-            Params { date: &date, server: "tern", fields: b"", head_only: false, http10: false, keep_alive: true };
+        let params = Params {
+            date: &date,
+            server: "tern",
+            fields: b"",
+            head_only: false,
+            http10: false,
+            keep_alive: true,
+            dressing: None,
+        };
         let mut r = Response {
             nph: false,
             head_only: false,

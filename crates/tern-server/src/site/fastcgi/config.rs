@@ -21,6 +21,12 @@ pub struct FastCgi {
     pub backends: BTreeMap<String, FastCgiBackend>,
 }
 
+impl FastCgi {
+    /// The keys a `[[site]]` may set in `[site.fastcgi]`: its backends,
+    /// each replacing the top-level one of its name.
+    pub const SITE_KEYS: &'static [&'static str] = &["backends"];
+}
+
 /// `[fastcgi.backends.NAME]`: one FastCGI application and what it answers.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
