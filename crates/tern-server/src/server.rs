@@ -1,4 +1,21 @@
 //! Starting and stopping: listeners, worker threads, signals.
+//!
+//! A start is prepared while the process may still be root (`Prepared`):
+//! the rules checked, the logs opened, every address bound through
+//! `listeners.rs` (refused when another process listens on it) and each
+//! listening socket, new or inherited, given the options every accepted
+//! connection inherits (`TCP_NODELAY`, `limits.unsent_bytes`,
+//! `server.defer_accept`). `tern serve --check` runs this preparation and
+//! the site's, then drops them ([`Server::check`]). Then root is given up
+//! (`privileges.rs`), `Shared` built and the engine started.
+//!
+//! A reload is a second `Server` in the same process (the CLI starts it on
+//! SIGHUP): it takes over the first one's listening sockets
+//! ([`Server::listeners`]), then the first retires: `Shared::successor`
+//! points at the new workers' inboxes (`handover.rs`), each old worker
+//! passes a connection on — socket and unanswered bytes — as soon as no
+//! request is in flight on it, and the old server ends in the background
+//! once it holds none ([`Retiring`]).
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;

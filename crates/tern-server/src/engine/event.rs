@@ -3,8 +3,21 @@
 //!
 //! Sockets are registered once for both directions; the connection keeps
 //! track of what it is waiting for, so no `epoll_ctl` is made per request.
-//! Deadlines are checked by a sweep once a second (a timeout is thus enforced
-//! within a second of its configured value).
+//! A connection accepted with its first bytes (`server.defer_accept`) is
+//! read in the turn that accepts it, and joins the epoll set only if that
+//! read did not end it. Deadlines are checked by a sweep once a second (a
+//! timeout is thus enforced within a second of its configured value).
+//!
+//! A connection's second descriptor — a CGI program's output pipe, the
+//! eventfd of a request waiting for a pooled FastCGI connection or for the
+//! I/O pool — has the token beside its socket's, registered through the
+//! [`Watcher`] the worker lends. A pooled FastCGI connection is registered
+//! by its place in the pool instead (`Links`), so passing it from one
+//! request of the reactor to the next costs no `epoll_ctl`. What no
+//! descriptor reports (a FastCGI connection handed to a request waiting
+//! for one, a connection that sent its `static.sendfile_max_chunk` and lets
+//! the others go first) rings the reactor's [`Doorbell`], whose connections
+//! it drives once per turn, before it waits again.
 //!
 //! Besides its listeners, a worker takes connections from its inbox: those
 //! a replaced server hands over on reload. A replaced server's worker
