@@ -37,6 +37,11 @@ impl DateCache {
         &self.http
     }
 
+    /// The second it holds, since the epoch.
+    pub fn second(&self) -> u64 {
+        self.second
+    }
+
     /// The Common Log Format timestamp (UTC), without brackets.
     pub fn clf(&self) -> &[u8; 26] {
         &self.clf

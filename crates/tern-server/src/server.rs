@@ -98,7 +98,8 @@ pub enum StartError {
 /// the site) and drops it, so a check runs the code a start runs.
 struct Prepared {
     config: Config,
-    access: AccessTarget,
+    /// The access logs (`Config::access_logs`).
+    access: Vec<AccessTarget>,
     records: RecordTarget,
     /// Per worker, one socket per address.
     per_worker: Vec<Vec<socket2::Socket>>,
@@ -115,8 +116,15 @@ impl Prepared {
         let at = |key| config.at("log", key);
         error_log::init(&config.log.error, config.log.level)
             .map_err(|e| StartError::Config(format!("{}: cannot open {}: {e}", at("error"), config.log.error)))?;
-        let access = AccessTarget::open(&config.log.access)
-            .map_err(|e| StartError::Config(format!("{}: cannot open {}: {e}", at("access"), config.log.access)))?;
+        let access = config
+            .access_logs()
+            .0
+            .iter()
+            .map(|(path, format)| {
+                AccessTarget::open(path, *format)
+                    .map_err(|e| StartError::Config(format!("{}: cannot open {path}: {e}", at("access"))))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let records = RecordTarget::open(&config.log.service_records).map_err(|e| {
             StartError::Config(format!("{}: cannot open {}: {e}", at("service_records"), config.log.service_records))
         })?;
@@ -307,11 +315,12 @@ impl Server {
         };
         let plan = config.engine();
         let blocks = engine::stat_blocks(&plan, workers);
+        let sites = site.sites.len();
         let shared = Arc::new(Shared {
             config: config.lent(),
             http_limits,
             site,
-            server: ServerStats::new(workers, blocks),
+            server: ServerStats::new(workers, blocks, sites),
             access,
             records,
             io: io.clone(),
@@ -408,8 +417,10 @@ fn drop_privileges(config: &Config) -> Result<(), StartError> {
         let account =
             privileges::lookup(&s.user, &s.group).map_err(|m| StartError::Config(format!("server.user: {m}")))?;
         if privileges::is_root() {
-            privileges::hand_over_logs(&[&config.log.access, &config.log.service_records, &config.log.error], &account)
-                .map_err(|e| StartError::Config(format!("server.user: {e}")))?;
+            let access = config.access_logs().0;
+            let logs = access.iter().map(|(path, _)| path.as_str());
+            let logs: Vec<&str> = logs.chain([config.log.service_records.as_str(), &config.log.error]).collect();
+            privileges::hand_over_logs(&logs, &account).map_err(|e| StartError::Config(format!("server.user: {e}")))?;
         }
         privileges::become_user(&account)
             .map_err(|e| StartError::Config(format!("server.user: cannot become {}: {e}", s.user)))?;

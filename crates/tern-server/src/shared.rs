@@ -25,7 +25,8 @@ pub struct Shared {
     pub http_limits: Limits,
     pub site: Sites,
     pub server: ServerStats,
-    pub access: AccessTarget,
+    /// The access logs (the server's first, then the sites' own).
+    pub access: Vec<AccessTarget>,
     /// Where per-request service records go (`log.service_records`).
     pub records: RecordTarget,
     /// Which I/O method sends which file (a calibration thread may

@@ -229,6 +229,16 @@ pub struct Settings {
     pub kill_group: bool,
     /// `cgi.pipe_buffer`: the most read from a backend at once.
     pub pipe_buffer: usize,
+    /// Each site's name and access log (its number among the logs the
+    /// server opened), in the sites' order.
+    pub sites: Vec<SiteLog>,
+}
+
+/// What a worker records of a request a site answered.
+#[derive(Clone, Debug)]
+pub struct SiteLog {
+    pub name: Box<str>,
+    pub log: usize,
 }
 
 pub struct Worker<'s> {
@@ -246,7 +256,9 @@ pub struct Worker<'s> {
     pub seen: Instant,
     pub date: DateCache,
     pub files: OpenFileTable,
-    pub log: AccessLog,
+    /// The access logs, in the order the server opened them (the
+    /// server's own first).
+    pub logs: Vec<AccessLog>,
     /// Per-request service records (a no-op unless `log.service_records`).
     pub records: ServiceLog,
     pub pool: BufPool,
@@ -281,7 +293,7 @@ impl<'s> Worker<'s> {
     pub fn new(
         config: &'s Settings,
         server: &'s ServerStats,
-        (access, records): (&'s AccessTarget, &'s RecordTarget),
+        (access, records): (&'s [AccessTarget], &'s RecordTarget),
         io: &'s StaticIo,
         index: usize,
         watcher: Box<dyn Watcher>,
@@ -295,7 +307,7 @@ impl<'s> Worker<'s> {
             seen: Instant::now(),
             date: DateCache::new(SystemTime::now()),
             files: OpenFileTable::new(config.static_files.open_file_cache, config.static_files.open_file_valid.0),
-            log: AccessLog::new(access, config.access_buffer),
+            logs: access.iter().map(|a| AccessLog::new(a, config.access_buffer)).collect(),
             records: ServiceLog::new(records, config.access_buffer),
             pool: BufPool::default(),
             path: Vec::with_capacity(256),
@@ -342,7 +354,9 @@ impl<'s> Worker<'s> {
     /// Writes out the buffered access-log lines and service records: once
     /// a second and when the worker ends.
     pub fn flush_logs(&mut self) {
-        self.log.flush();
+        for log in &mut self.logs {
+            log.flush();
+        }
         self.records.flush();
     }
 

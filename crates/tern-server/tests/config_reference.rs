@@ -303,13 +303,54 @@ impl Reference<'_> {
     /// Renders struct `t` as the table at `path`; `field_doc`: the doc of
     /// the field that holds it, said after the struct's own.
     fn table(&mut self, path: &[String], t: &Type, shape: Shape, field_doc: &str) {
-        let Kind::Struct { fields, defaults } = &t.kind else { panic!("{path:?} is not a struct") };
-        let at = self.tables.len();
-        let doc = [t.doc.trim(), field_doc.trim()].into_iter().filter(|d| !d.is_empty()).collect::<Vec<_>>();
+        let at = self.header(path, &t.doc, shape, field_doc);
+        self.keys(at, path, t, shape);
+    }
+
+    /// Starts the table at `path`; returns its number.
+    fn header(&mut self, path: &[String], doc: &str, shape: Shape, field_doc: &str) -> usize {
+        let doc = [doc.trim(), field_doc.trim()].into_iter().filter(|d| !d.is_empty()).collect::<Vec<_>>();
         self.tables.push(Table { path: path.to_vec(), shape, doc: doc.join("\n\n"), keys: Vec::new() });
+        self.tables.len() - 1
+    }
+
+    /// `[[site]]` and `[[site.location]]`: their tables are read apart, key
+    /// by key, into several structs (`config/sites.rs`), so they are shown
+    /// as the union of those structs' keys.
+    fn sites(&mut self, path: &[String], field_doc: &str) {
+        let t = &self.types["SiteTable"];
+        let mut doc = format!("{}\n\n{field_doc}\n\nThe keys a site may set in its sections:\n", t.doc);
+        for (section, keys) in [
+            ("static", tern_server::static_io::StaticFiles::SITE_KEYS),
+            ("compression", tern_server::compress::config::Compression::SITE_KEYS),
+            ("cgi", tern_server::site::cgi::config::Cgi::SITE_KEYS),
+            ("fastcgi", tern_server::site::fastcgi::config::FastCgi::SITE_KEYS),
+            ("log", tern_server::access_log::Log::SITE_KEYS),
+            ("tls", tern_server::tls::Tls::SITE_KEYS),
+        ] {
+            let keys = keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+            let _ = write!(doc, "\n- `[site.{section}]`: {keys}");
+        }
+        let at = self.header(path, &doc, Shape::Entries, "");
+        self.keys(at, path, &self.types["SiteKeys"], Shape::Entries);
+        self.keys(at, path, &self.types["LocationSettings"], Shape::Entries);
+        let mut location = path.to_vec();
+        location.push("location".into());
+        let at = self.header(&location, &self.types["Match"].doc, Shape::Entries, "");
+        self.keys(at, &location, &self.types["Match"], Shape::Entries);
+        self.keys(at, &location, &self.types["LocationSettings"], Shape::Entries);
+    }
+
+    /// Adds the keys of struct `t` to table `at`.
+    fn keys(&mut self, at: usize, path: &[String], t: &Type, shape: Shape) {
+        let Kind::Struct { fields, defaults } = &t.kind else { panic!("{path:?} is not a struct") };
         for f in fields.iter().filter(|f| !f.skip) {
             let mut sub = path.to_vec();
             sub.push(f.key.clone());
+            if split(&f.ty).1.first().is_some_and(|t| split(t).0 == "SiteTable") {
+                self.sites(&sub, &f.doc);
+                continue;
+            }
             if let Some((s, shape)) = self.nested(&f.ty) {
                 let s = &self.types[&s];
                 self.table(&sub, s, shape, &f.doc);
@@ -332,7 +373,11 @@ impl Reference<'_> {
                     }
                 }
             };
-            if let (Stated::Toml(value), Shape::Table) = (&default, shape) {
+            // A site's keys cannot be set alone: their defaults are the
+            // top-level values they inherit, said in words.
+            if let (Stated::Toml(value), Shape::Table, false) =
+                (&default, shape, path.first().is_some_and(|p| p == "site"))
+            {
                 self.check_default(path, &f.key, value);
             }
             self.tables[at].keys.push(Key { key: f.key.clone(), doc: f.doc.clone(), ty, values, default });
@@ -346,6 +391,7 @@ impl Reference<'_> {
         let is_struct = |n: &str| matches!(self.types.get(n), Some(Type { kind: Kind::Struct { .. }, .. }));
         match (name.as_str(), args.as_slice()) {
             (n, []) if is_struct(n) => Some((n.to_string(), Shape::Table)),
+            ("Option", [v]) if is_struct(&split(v).0) => Some((split(v).0, Shape::Table)),
             ("BTreeMap", [_, v]) if is_struct(&split(v).0) => Some((split(v).0, Shape::PerName)),
             ("Vec", [v]) if is_struct(&split(v).0) => Some((split(v).0, Shape::Entries)),
             _ => None,
@@ -357,7 +403,7 @@ impl Reference<'_> {
         let (name, args) = split(ty);
         let plain = |s: &str| (s.to_string(), Vec::new());
         match (name.as_str(), args.as_slice()) {
-            ("usize" | "u32" | "u64" | "i32", []) => plain("integer"),
+            ("usize" | "u16" | "u32" | "u64" | "i32", []) => plain("integer"),
             ("bool", []) => plain("boolean"),
             ("String", []) => plain("string"),
             ("PathBuf", []) => plain("path (string)"),
@@ -431,7 +477,8 @@ impl Reference<'_> {
 
     /// The table in the annotated listing.
     fn listing(&self, out: &mut String, t: &Table) {
-        let off = if t.shape == Shape::Table { "" } else { "# " };
+        let in_site = t.path.first().is_some_and(|p| p == "site");
+        let off = if t.shape == Shape::Table && !in_site { "" } else { "# " };
         let header = match t.shape {
             Shape::Table => format!("[{}]", t.path.join(".")),
             Shape::PerName => format!("[{}.NAME]", t.path.join(".")),

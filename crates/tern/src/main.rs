@@ -33,6 +33,9 @@ enum Command {
     Agent(cmd::agent::Args),
     /// The performance lab: the results store of every run.
     Lab(cmd::lab::Args),
+    /// Show which site and location a request reaches, every rule looked
+    /// at and why, and what would be answered.
+    Route(cmd::route::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -46,6 +49,7 @@ fn main() -> std::process::ExitCode {
         // The agent runs `tern bench` arguments with bench's own parser.
         Command::Agent(args) => cmd::agent::run(args, Arc::new(cmd::bench::run_for_agent)),
         Command::Lab(args) => cmd::lab::run(args),
+        Command::Route(args) => cmd::route::run(args),
     };
     match result {
         Ok(code) => code,

@@ -22,14 +22,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::access_log::Log;
+use crate::access_log::{AccessFormat, Log};
 use crate::compress::config::Compression;
 use crate::engine;
 use crate::engine::staged::Staged;
 use crate::limits::{Limits, Timeouts};
 use crate::site;
 use crate::site::cgi::config::Cgi;
-use crate::site::config::{SiteConfig, SiteKeys, SiteSections};
+use crate::site::config::{SiteConfig, SiteKeys, SiteSections, SiteTable};
 use crate::site::fastcgi::config::FastCgi;
 use crate::site::internal::Status;
 use crate::static_io::StaticFiles;
@@ -61,11 +61,10 @@ pub struct Config {
     pub compression: Compression,
     pub tls: Tls,
     pub staged: Staged,
-    /// `[[site]]`: virtual hosts, each with its host names, settings and
-    /// locations (see `site/config.rs`). Read apart from the rest
-    /// (`config/sites.rs`): here they are only seen to be tables.
+    /// Virtual hosts, each with its host names, settings and locations.
+    /// Default: none.
     #[serde(rename = "site")]
-    pub site_tables: Vec<serde::de::IgnoredAny>,
+    pub site_tables: Vec<SiteTable>,
     /// The sites as read. None: the top-level settings are one site that
     /// answers every host.
     #[serde(skip)]
@@ -94,6 +93,15 @@ impl Config {
         let invalid = |message: String| ConfigError::Invalid { path: origin.to_path_buf(), message };
         let mut config: Config = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
         config.sites = sites::read(text).map_err(invalid)?;
+        // A site's certificates join the others, sent for its hosts.
+        for site in &mut config.sites {
+            for mut c in std::mem::take(&mut site.sections.certificates) {
+                if c.names.is_empty() {
+                    c.names = site.keys.hosts.clone();
+                }
+                config.tls.certificates.push(c);
+            }
+        }
         config.origin = Origin::new(origin, text);
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(ConfigError::Rule(format!("{}: {message}", config.at(section, key))));
@@ -177,6 +185,25 @@ impl Config {
         }
     }
 
+    /// The access logs to open: the top-level one first, then each other
+    /// file (and format) a site logs to, each once; and for each site of
+    /// [`Config::sites`], its log's number in that list.
+    pub fn access_logs(&self) -> (Vec<(String, AccessFormat)>, Vec<usize>) {
+        let mut logs = vec![(self.log.access.clone(), self.log.access_format)];
+        let of_sites = self
+            .sites
+            .iter()
+            .map(|s| {
+                let log = (s.sections.log.access.clone(), s.sections.log.access_format);
+                logs.iter().position(|l| *l == log).unwrap_or_else(|| {
+                    logs.push(log);
+                    logs.len() - 1
+                })
+            })
+            .collect();
+        (logs, of_sites)
+    }
+
     /// What the sites are built from: the `[[site]]`s, or without any
     /// the top-level settings as one site that answers every host.
     pub fn sites(&self) -> site::Plan<'_> {
@@ -190,7 +217,7 @@ impl Config {
                     cgi: self.cgi.clone(),
                     fastcgi: self.fastcgi.clone(),
                     log: self.log.clone(),
-                    tls: Tls::default(),
+                    certificates: Vec::new(),
                     own_backends: Vec::new(),
                 },
                 ..SiteConfig::default()
@@ -224,6 +251,14 @@ impl Config {
             access_buffer: self.log.access_buffer.usize(),
             kill_group: self.cgi.kill_group,
             pipe_buffer: self.cgi.pipe_buffer.usize(),
+            sites: {
+                let plan = self.sites();
+                let logs = self.access_logs().1;
+                let name = |i: usize| Box::from(site::site_name(&plan.sites[i]));
+                (0..plan.sites.len())
+                    .map(|i| worker::SiteLog { name: name(i), log: logs.get(i).copied().unwrap_or(0) })
+                    .collect()
+            },
         }
     }
 }

@@ -18,7 +18,7 @@ use toml::Spanned;
 use crate::access_log::Log;
 use crate::compress::config::Compression;
 use crate::site::cgi::config::Cgi;
-use crate::site::config::{LocationConfig, Match, Settings, SiteConfig, SiteKeys, SiteSections};
+use crate::site::config::{LocationConfig, LocationSettings, Match, SiteConfig, SiteKeys, SiteSections};
 use crate::site::fastcgi::config::FastCgi;
 use crate::static_io::StaticFiles;
 use crate::tls::Tls;
@@ -46,9 +46,13 @@ pub fn read(text: &str) -> Result<Vec<SiteConfig>, String> {
     let mut out = Vec::with_capacity(sites.len());
     for site in sites {
         let table = as_table(text, site, "[[site]]")?;
+        // `compression = false` is the site's switch, `[site.compression]`
+        // its section: a table goes to the sections.
         let mut parts = Parts::split(table, &[fields_of::<SiteKeys>(), &["location"], &section_names()]);
+        let switches = fields_of::<LocationSettings>();
+        parts.give_back(2, |k, v| switches.contains(&k) && !matches!(v, DeValue::Table(_)));
         let keys: SiteKeys = deserialize(parts.take(0), site.span()).map_err(wrong)?;
-        let settings: Settings = deserialize(parts.rest, site.span()).map_err(wrong)?;
+        let settings: LocationSettings = deserialize(parts.rest, site.span()).map_err(wrong)?;
         let mut locations = Vec::new();
         if let Some(list) = parts.picked[1].get("location") {
             let DeValue::Array(list) = list.get_ref() else {
@@ -58,7 +62,7 @@ pub fn read(text: &str) -> Result<Vec<SiteConfig>, String> {
                 let table = as_table(text, loc, "[[site.location]]")?;
                 let mut parts = Parts::split(table, &[fields_of::<Match>()]);
                 let matching: Match = deserialize(parts.take(0), loc.span()).map_err(wrong)?;
-                let settings: Settings = deserialize(parts.rest, loc.span()).map_err(wrong)?;
+                let settings: LocationSettings = deserialize(parts.rest, loc.span()).map_err(wrong)?;
                 locations.push(LocationConfig { matching, settings, line: line_of(text, loc.span()) });
             }
         }
@@ -100,7 +104,11 @@ fn sections(text: &str, doc: &DeTable<'_>, site: &DeTable<'_>) -> Result<SiteSec
         cgi: overlaid(doc, site, "cgi").map_err(wrong)?,
         fastcgi: overlaid(doc, site, "fastcgi").map_err(wrong)?,
         log: overlaid(doc, site, "log").map_err(wrong)?,
-        tls: overlaid(doc, site, "tls").map_err(wrong)?,
+        certificates: {
+            let own = DeTable::new();
+            let tls: Tls = overlaid(&own, site, "tls").map_err(wrong)?;
+            tls.certificates
+        },
         own_backends: own_backends(site),
     })
 }
@@ -164,6 +172,15 @@ impl<'i> Parts<'i> {
             into.insert(key.clone(), value.clone());
         }
         parts
+    }
+
+    /// Moves the keys of group `group` whose value `back` picks to the rest.
+    fn give_back(&mut self, group: usize, back: impl Fn(&str, &DeValue<'i>) -> bool) {
+        let picked = std::mem::take(&mut self.picked[group]);
+        for (key, value) in picked {
+            let into = if back(key.get_ref(), value.get_ref()) { &mut self.rest } else { &mut self.picked[group] };
+            into.insert(key, value);
+        }
     }
 
     fn take(&mut self, group: usize) -> DeTable<'i> {

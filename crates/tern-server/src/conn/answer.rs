@@ -22,6 +22,18 @@ use crate::worker::Worker;
 use super::send::MAX_GATHERED;
 use super::state::{Awaited, Clock, Conn, Phase, Status};
 
+/// An answer as it is counted and logged.
+pub(super) struct Answered<'a> {
+    /// The site that answered (`None`: the request was not routed).
+    pub(super) site: Option<u32>,
+    /// Its request line.
+    pub(super) line: &'a [u8],
+    pub(super) status: u16,
+    pub(super) bytes: u64,
+    pub(super) referer: Option<&'a [u8]>,
+    pub(super) user_agent: Option<&'a [u8]>,
+}
+
 impl Conn {
     /// Answers the complete request at `rpos`, parsing its head again (it
     /// was kept in place while its body was read, or while it waited for
@@ -108,8 +120,13 @@ impl Conn {
             Answer::Waiting(ticket) => ticket,
             Answer::Done => {
                 reply.finish();
-                let (status, body_len, keep_alive) = (reply.status, reply.body_len, reply.keep_alive);
-                return self.answered_whole(w, req, status, body_len, keep_alive);
+                let (status, bytes, keep_alive, site) = (reply.status, reply.body_len, reply.keep_alive, reply.site);
+                self.keep_alive = keep_alive;
+                w.stats.requests.incr();
+                let line = req.request_line.as_bytes();
+                let (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
+                self.log_answer(w, Answered { site, line, status, bytes, referer, user_agent });
+                return self.after_answer(w);
             }
         };
         // Not answered yet: answered again once the file is open.
@@ -120,37 +137,30 @@ impl Conn {
         }
     }
 
-    /// Counts and logs an answer that is queued whole.
-    fn answered_whole(&mut self, w: &mut Worker<'_>, req: &Request<'_>, status: u16, body_len: u64, keep_alive: bool) {
-        self.keep_alive = keep_alive;
-        w.stats.requests.incr();
-        let (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
-        self.log_answer(w, req.request_line.as_bytes(), status, body_len, referer, user_agent);
-        self.after_answer(w);
-    }
-
-    /// Counts an answer's status, logs it (`line`: its request line) and
-    /// notes it for its service record.
-    pub(super) fn log_answer(
-        &mut self,
-        w: &mut Worker<'_>,
-        line: &[u8],
-        status: u16,
-        bytes: u64,
-        referer: Option<&[u8]>,
-        user_agent: Option<&[u8]>,
-    ) {
-        w.stats.status(status);
-        w.log.record(&Entry {
+    /// Counts an answer's status (for its site too), logs it to its site's
+    /// access log and notes it for its service record.
+    pub(super) fn log_answer(&mut self, w: &mut Worker<'_>, a: Answered<'_>) {
+        w.stats.status(a.status);
+        let config = w.config;
+        let (site, log) = match a.site.and_then(|i| config.sites.get(i as usize).map(|s| (i, s))) {
+            Some((i, s)) => {
+                w.stats.site(i as usize, a.status, a.bytes);
+                (&*s.name, s.log)
+            }
+            None => ("", 0),
+        };
+        w.logs[log].record(&Entry {
             client: self.peers.peer.ip(),
             time: w.date.clf(),
-            request_line: line,
-            status,
-            bytes,
-            referer,
-            user_agent,
+            request_line: a.line,
+            status: a.status,
+            bytes: a.bytes,
+            referer: a.referer,
+            user_agent: a.user_agent,
+            site,
+            epoch: w.date.second(),
         });
-        self.records.answered(w, status, bytes);
+        self.records.answered(w, a.status, a.bytes);
     }
 
     /// Answers a request that could not be parsed (or timed out) and
@@ -167,7 +177,7 @@ impl Conn {
         let bytes = reply.body_len;
         // Every answer counts, 408 and a bad body's 400/413 included.
         w.stats.requests.incr();
-        self.log_answer(w, line, status, bytes, None, None);
+        self.log_answer(w, Answered { site: None, line, status, bytes, referer: None, user_agent: None });
         self.keep_alive = false;
         self.body = None;
         self.phase = Phase::Send;

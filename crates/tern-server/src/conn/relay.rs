@@ -19,6 +19,7 @@ use crate::site::cgi::Pump;
 use crate::spool::Spool;
 use crate::worker::Worker;
 
+use super::answer::Answered;
 use super::state::{Backend, Clock, Conn, Phase, Status};
 
 /// Who answers a backend's request: the location's dressing and the site.
@@ -150,7 +151,8 @@ impl Conn {
 
     fn log_backend(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
         let (referer, user_agent) = (b.referer.as_deref(), b.user_agent.as_deref());
-        self.log_answer(w, b.request_line.as_bytes(), status, bytes, referer, user_agent);
+        let line = b.request_line.as_bytes();
+        self.log_answer(w, Answered { site: b.site, line, status, bytes, referer, user_agent });
     }
 
     /// Answers `GET location` in place of the program's response.

@@ -4,11 +4,11 @@
 //!
 //! A site table holds three kinds of keys: its own ([`SiteKeys`]: name,
 //! hosts, default), the settings every request of the site gets unless a
-//! location says otherwise ([`Settings`]), and overrides of the per-site
+//! location says otherwise ([`LocationSettings`]), and overrides of the per-site
 //! keys of the top-level sections (`[site.static]`, `[site.compression]`,
 //! `[site.cgi]`, `[site.fastcgi]`, `[site.log]`, `[site.tls]`), laid over
 //! the top-level tables key by key. A location holds how it matches
-//! ([`Match`]) and its own [`Settings`], inherited from the site's where
+//! ([`Match`]) and its own [`LocationSettings`], inherited from the site's where
 //! unset.
 
 use std::collections::BTreeMap;
@@ -24,11 +24,31 @@ use crate::access_log::Log;
 use crate::compress::config::Compression;
 use crate::resolve::Symlinks;
 use crate::static_io::StaticFiles;
-use crate::tls::Tls;
+use crate::tls::TlsCertificate;
 use crate::values::{rebase, Seconds};
 
-/// `[[site]]`: one virtual host: the names it answers, and whether it
-/// answers the names no site lists.
+/// `[[site]]`: a virtual host. Its table holds its own keys (below), the
+/// keys of a location (what every request of the site gets unless one of
+/// its `[[site.location]]`s says otherwise), and overrides of the top-level
+/// sections in `[site.static]`, `[site.compression]`, `[site.cgi]`,
+/// `[site.fastcgi]`, `[site.log]` and `[site.tls]`: each key set there
+/// replaces the top-level one for this site (a FastCGI backend replaces the
+/// top-level backend of its name whole). Without any `[[site]]`, the
+/// top-level settings are one site that answers every host.
+///
+/// `config/` reads the table apart, key by key, so this type only marks
+/// where sites stand in a `Config`.
+#[derive(Clone, Debug)]
+pub struct SiteTable;
+
+impl<'de> Deserialize<'de> for SiteTable {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        de::IgnoredAny::deserialize(d).map(|_| SiteTable)
+    }
+}
+
+/// A site's own keys: the names it answers, and whether it answers the
+/// names no site lists.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SiteKeys {
@@ -91,12 +111,12 @@ impl Match {
 /// default.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct Settings {
+pub struct LocationSettings {
     /// Directory the request's path is looked up under (the whole path is
     /// appended), relative to the config file's directory. Default: the
     /// site's, and the site's is `server.root`.
     pub root: Option<PathBuf>,
-    /// Prefix and exact locations only: the directory the part of the path
+    /// Prefix locations only: the directory the part of the path
     /// after the location's prefix is looked up under (nginx's `alias`).
     /// With a prefix that does not end in `/`, the rest of the path must be
     /// empty or start with `/` (else 404), so `/img../secret` never leaves
@@ -227,7 +247,7 @@ impl<'de> Deserialize<'de> for Regex {
 pub struct SiteConfig {
     pub keys: SiteKeys,
     /// Its settings: what its locations inherit.
-    pub settings: Settings,
+    pub settings: LocationSettings,
     pub locations: Vec<LocationConfig>,
     /// The top-level sections with the site's keys laid over them.
     pub sections: SiteSections,
@@ -247,10 +267,6 @@ impl SiteConfig {
                 rebase(&mut auth.htpasswd, dir);
             }
         }
-        for c in &mut self.sections.tls.certificates {
-            rebase(&mut c.cert, dir);
-            rebase(&mut c.key, dir);
-        }
     }
 }
 
@@ -258,7 +274,7 @@ impl SiteConfig {
 #[derive(Clone, Debug, Default)]
 pub struct LocationConfig {
     pub matching: Match,
-    pub settings: Settings,
+    pub settings: LocationSettings,
     pub line: usize,
 }
 
@@ -270,7 +286,10 @@ pub struct SiteSections {
     pub cgi: Cgi,
     pub fastcgi: FastCgi,
     pub log: Log,
-    pub tls: Tls,
+    /// The site's own certificates (`[[site.tls.certificates]]`); `config/`
+    /// moves them into `tls.certificates`, sent for the site's hosts unless
+    /// an entry names others.
+    pub certificates: Vec<TlsCertificate>,
     /// The FastCGI backends the site defines itself (the others are the
     /// top-level ones, whose pools it shares).
     pub own_backends: Vec<String>,

@@ -11,13 +11,13 @@ use tern_http::{Method, Request};
 use super::fastcgi::backends::Pools;
 use crate::compress::config::WhenFull;
 use crate::compress::Compression;
-use crate::metrics::{Ending, ServerStats, StageStats, Totals};
+use crate::metrics::{Ending, ServerStats, SiteCounters, StageStats, Totals};
 use crate::reply::Reply;
 use crate::service_records::STAGES;
 use crate::static_io::METHODS;
 use crate::tls;
 use crate::values::{first_broken, Network};
-use crate::worker::Worker;
+use crate::worker::{self, Worker};
 
 /// `[status]`: the internal JSON status page and Prometheus metrics.
 #[derive(Clone, Debug, Deserialize)]
@@ -148,6 +148,7 @@ pub fn serve(
             },
             "compression": compression_json(compression, settings.compression_enabled, &t),
             "fastcgi": fastcgi_json(pools),
+            "sites": sites_json(config, server),
             "stages": settings.staged.then(|| stages_json(server)),
             "tls": {
                 "connections": t.tls_active,
@@ -169,6 +170,7 @@ pub fn serve(
     let mut text = prometheus(&t, uptime, server.worker_threads, server.cgi_running.load(Relaxed) as u64);
     compression_prometheus(&mut text, compression, &t);
     fastcgi_prometheus(&mut text, pools);
+    sites_prometheus(&mut text, config, server);
     if settings.staged {
         stages_prometheus(&mut text, server);
     }
@@ -179,6 +181,50 @@ pub fn serve(
     if req.method != Method::Head {
         reply.body(text.as_bytes());
     }
+}
+
+/// Each site's answers by status class, and the body bytes they announced.
+fn sites_json(config: &worker::Settings, server: &ServerStats) -> serde_json::Value {
+    let mut sites = serde_json::Map::new();
+    for (i, site) in config.sites.iter().enumerate() {
+        let (s, bytes) = SiteCounters::sum(&server.workers, i);
+        sites.insert(
+            site.name.to_string(),
+            serde_json::json!({
+                "requests": {
+                    "total": s.iter().sum::<u64>(),
+                    "1xx": s[0], "2xx": s[1], "3xx": s[2], "4xx": s[3], "5xx": s[4],
+                },
+                "bytes": bytes,
+            }),
+        );
+    }
+    serde_json::Value::Object(sites)
+}
+
+fn sites_prometheus(text: &mut String, config: &worker::Settings, server: &ServerStats) {
+    let sums: Vec<_> = (0..config.sites.len()).map(|i| SiteCounters::sum(&server.workers, i)).collect();
+    let _ = writeln!(
+        text,
+        "# HELP tern_site_responses_total Responses by site and status class.\n# TYPE tern_site_responses_total counter"
+    );
+    for (site, (status, _)) in config.sites.iter().zip(&sums) {
+        for (class, n) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().zip(status) {
+            let _ = writeln!(text, "tern_site_responses_total{{site=\"{}\",class=\"{class}\"}} {n}", label(&site.name));
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tern_site_bytes_total Body bytes of the responses by site.\n# TYPE tern_site_bytes_total counter"
+    );
+    for (site, (_, bytes)) in config.sites.iter().zip(&sums) {
+        let _ = writeln!(text, "tern_site_bytes_total{{site=\"{}\"}} {bytes}", label(&site.name));
+    }
+}
+
+/// A Prometheus label value: `\`, `"` and newlines escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// The `compression` object of the status page: per-request counters from

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tern_http::response;
 
 use super::access::Access;
-use super::config::{Headers, Respond, Settings};
+use super::config::{Headers, LocationSettings, Respond};
 use super::static_files;
 use super::template::Template;
 use crate::compress::Policy;
@@ -78,6 +78,10 @@ pub struct Location {
     pub fastcgi: bool,
 }
 
+/// A directory opened for serving: its path, index files, and whether
+/// its files are compressed.
+type RootKey = (PathBuf, Vec<String>, bool);
+
 /// What building a site's locations shares: its defaults, and the
 /// directories and htpasswd files already opened (a directory opened once
 /// per way it is served, so the open-file table keeps one entry per file).
@@ -88,7 +92,7 @@ pub struct Build<'a> {
     pub static_files: &'a static_files::Settings,
     /// The site's compression.
     pub policy: Arc<Policy>,
-    pub roots: Vec<((PathBuf, Vec<String>, bool), Arc<Root>)>,
+    pub roots: Vec<(RootKey, Arc<Root>)>,
     pub htpasswd: Vec<(PathBuf, Arc<Htpasswd>)>,
 }
 
@@ -99,8 +103,8 @@ impl Build<'_> {
     pub fn location(
         &mut self,
         described: String,
-        own: &Settings,
-        site: &Settings,
+        own: &LocationSettings,
+        site: &LocationSettings,
         prefix: Option<&str>,
     ) -> Result<Location, String> {
         macro_rules! pick {
@@ -145,7 +149,13 @@ impl Build<'_> {
         })
     }
 
-    fn dir(&mut self, own: &Settings, site: &Settings, prefix: Option<&str>, compression: bool) -> Result<Dir, String> {
+    fn dir(
+        &mut self,
+        own: &LocationSettings,
+        site: &LocationSettings,
+        prefix: Option<&str>,
+        compression: bool,
+    ) -> Result<Dir, String> {
         let index = own.index.as_deref().or(site.index.as_deref()).unwrap_or(self.index);
         let (path, alias) = match (&own.alias, &own.root) {
             (Some(_), Some(_)) => return Err("`alias` and `root` cannot both be set".into()),
@@ -228,7 +238,8 @@ impl Build<'_> {
     fn error_page(&mut self, url: &str) -> Result<(String, Vec<u8>), String> {
         let mut rel = Vec::new();
         let norm = tern_http::path::normalize(url, &mut rel).map_err(|e| format!("`{url}`: {}", e.0))?;
-        let (root, _) = self.root_of(&self.root.to_path_buf(), &[], false).map_err(|e| e.to_string())?;
+        let site_root = self.root;
+        let (root, _) = self.root_of(site_root, &[], false).map_err(|e| e.to_string())?;
         let file = match root.find(&rel, norm.trailing_slash, &mut Vec::new()) {
             Ok(Found::File { file, stat, .. }) if (stat.st_size as u64) <= MAX_ERROR_PAGE => file,
             Ok(Found::File { .. }) => return Err(format!("`{url}` is larger than 1 MiB")),

@@ -143,13 +143,14 @@ impl Locations {
         }
         let prefix = self.prefixes.iter().find(|(p, _, _)| starts_with(rel, slash, p));
         match prefix {
-            Some(&(_, i, true)) => {
+            Some(&(_, i, skip)) if skip || self.regexes.is_empty() => {
+                let why = if skip { "and skips regexes" } else { "(no regex location)" };
                 trace.note(|| {
-                    format!("location {} ({}) is the longest prefix and skips regexes", i + 1, self.described[i])
+                    format!("location {} ({}) is the longest prefix {why}: it answers", i + 1, self.described[i])
                 });
                 return Some(i);
             }
-            Some(&(_, i, false)) => {
+            Some(&(_, i, _)) => {
                 trace.note(|| {
                     format!("location {} ({}) is the longest prefix; regexes come first", i + 1, self.described[i])
                 });

@@ -9,6 +9,7 @@ pub mod app;
 pub mod backend;
 pub mod cgi;
 pub mod config;
+pub mod explain;
 pub mod fastcgi;
 pub mod hidden;
 pub mod hosts;
@@ -37,11 +38,10 @@ use crate::spool::Spool;
 use crate::values::Origin;
 use crate::worker::Worker;
 use config::SiteConfig;
-use hosts::{Found, Hosts};
+use hosts::Hosts;
 use internal::Status;
 use location::Build;
 use locations::{Locations, Pattern};
-use trace::Trace;
 use vhost::{Common, Site};
 
 pub use request::{Answer, Ends, Peers};
@@ -144,9 +144,11 @@ impl Sites {
         })
     }
 
-    /// The site for `host`, and why.
-    pub fn site_for(&self, host: Option<&[u8]>, trace: &mut impl Trace) -> Found {
-        self.hosts.find(host, trace)
+    /// Explains what routing does with the request whose head is `head`
+    /// (`tern route`); `https`: it came over TLS, asking for `sni`.
+    pub fn explain(&self, head: &[u8], https: bool, sni: Option<&str>) -> explain::Route {
+        let table = explain::Table { hosts: &self.hosts, sites: &self.sites, unknown_host: self.unknown_host };
+        table.explain(head, https, sni)
     }
 
     /// Answers `req` (whose body, if any, is `body`: a backend takes it)

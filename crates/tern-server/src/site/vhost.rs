@@ -3,6 +3,8 @@
 //! and authentication checked, then its action: a redirect, a fixed
 //! response, or its directory's FastCGI backends, CGI programs and files.
 
+use std::time::Instant;
+
 use tern_http::path::Normalized;
 use tern_http::Request;
 
@@ -15,7 +17,9 @@ use super::trace::Trace;
 use super::{cgi, fastcgi, hidden, static_files};
 use crate::compress::Compression;
 use crate::error_log::{log, Level};
+use crate::open_files::OpenFileTable;
 use crate::reply::Reply;
+use crate::resolve::{Found, Root};
 use crate::spool::Spool;
 use crate::worker::Worker;
 
@@ -107,7 +111,7 @@ impl Site {
     }
 
     /// The path after a prefix location's prefix (`{rest}` of a redirect).
-    fn rest(&self, loc: &Location, rel: &[u8], slash: bool) -> Vec<u8> {
+    pub(super) fn rest(&self, loc: &Location, rel: &[u8], slash: bool) -> Vec<u8> {
         let mut path = Vec::with_capacity(rel.len() + 2);
         path.push(b'/');
         path.extend_from_slice(rel);
@@ -141,8 +145,12 @@ impl Site {
             }
         }
         if !dir.try_files.is_empty() {
-            match try_files(dir, w) {
-                Tried::Path(n) => norm = n,
+            let (files, now, scratch) = (&mut w.files, w.now, &mut w.scratch);
+            match try_files(dir, &w.path, |rel, slash| is_file(&dir.root, rel, slash, files, now, scratch)) {
+                Tried::Path(path, n) => {
+                    w.path = path;
+                    norm = n;
+                }
                 Tried::Status(status) => {
                     reply.error(status);
                     return Answer::Done;
@@ -266,20 +274,19 @@ pub fn strip_alias(rel: &mut Vec<u8>, slash: bool, prefix: &[u8]) -> bool {
 }
 
 /// What `try_files` chose.
-enum Tried {
-    /// This path, now in `w.path`.
-    Path(Normalized),
+pub(super) enum Tried {
+    /// This normalised path.
+    Path(Vec<u8>, Normalized),
     Status(u16),
 }
 
-/// Tries the location's `try_files` entries in order against `w.path`:
-/// the first that names a file (or a directory's index) answers; the last
-/// answers whatever it names.
-fn try_files(dir: &Dir, w: &mut Worker<'_>) -> Tried {
-    let mut candidate = Vec::with_capacity(w.path.len() + 32);
-    let mut rel = Vec::with_capacity(w.path.len() + 32);
+/// Tries the location's `try_files` entries in order for the normalised
+/// path `rel`: the first that `exists` (a file, or a directory's index)
+/// answers; the last answers whatever it names.
+pub(super) fn try_files(dir: &Dir, rel: &[u8], mut exists: impl FnMut(&[u8], bool) -> bool) -> Tried {
+    let mut candidate = Vec::with_capacity(rel.len() + 32);
+    let mut tried = Vec::with_capacity(rel.len() + 32);
     for (i, entry) in dir.try_files.iter().enumerate() {
-        let last = i + 1 == dir.try_files.len();
         let (before, with_path, after) = match entry {
             TryFile::Status(status) => return Tried::Status(*status),
             TryFile::Path { before, with_path, after } => (before, *with_path, after),
@@ -288,26 +295,32 @@ fn try_files(dir: &Dir, w: &mut Worker<'_>) -> Tried {
         candidate.extend_from_slice(before);
         if with_path {
             candidate.push(b'/');
-            candidate.extend_from_slice(&w.path);
+            candidate.extend_from_slice(rel);
         }
         candidate.extend_from_slice(after);
         let Ok(text) = std::str::from_utf8(&candidate) else { continue };
-        let Ok(norm) = tern_http::path::normalize(text, &mut rel) else { continue };
-        if last || is_file(dir, &rel, norm.trailing_slash, w) {
-            std::mem::swap(&mut w.path, &mut rel);
-            return Tried::Path(norm);
+        let Ok(norm) = tern_http::path::normalize(text, &mut tried) else { continue };
+        if i + 1 == dir.try_files.len() || exists(&tried, norm.trailing_slash) {
+            return Tried::Path(tried, norm);
         }
     }
     Tried::Status(404)
 }
 
-/// Does `rel` name a file (or, with `slash`, a directory with an index)?
-/// The open-file table answers for files served before.
-fn is_file(dir: &Dir, rel: &[u8], slash: bool, w: &mut Worker<'_>) -> bool {
-    if !slash && w.files.lookup(dir.root.id(), rel, w.now).is_some_and(|(_, fresh)| fresh) {
+/// Does `rel` name a file (or, with `slash`, a directory with an index)
+/// under `root`? The open-file table answers for files served before.
+fn is_file(
+    root: &Root,
+    rel: &[u8],
+    slash: bool,
+    files: &mut OpenFileTable,
+    now: Instant,
+    scratch: &mut Vec<u8>,
+) -> bool {
+    if !slash && files.lookup(root.id(), rel, now).is_some_and(|(_, fresh)| fresh) {
         return true;
     }
-    matches!(dir.root.find(rel, slash, &mut w.scratch), Ok(crate::resolve::Found::File { .. }))
+    matches!(root.find(rel, slash, scratch), Ok(Found::File { .. }))
 }
 
 #[cfg(test)]
