@@ -220,6 +220,9 @@ pub struct Htpasswd {
     /// Tells this file from the others in a worker's [`AuthCache`].
     id: u64,
     current: RwLock<Current>,
+    /// Whether workers remember the credentials they let in (else every
+    /// request is hashed, as nginx does).
+    remember: bool,
 }
 
 /// Gives each [`Htpasswd`] its id.
@@ -233,7 +236,13 @@ impl Htpasswd {
             path: path.to_path_buf(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             current: RwLock::new(Current { users: Arc::new(users), generation: 0, seen }),
+            remember: true,
         })
+    }
+
+    /// The same file, checked on every request when `remember` is false.
+    pub fn remembering(self, remember: bool) -> Htpasswd {
+        Htpasswd { remember, ..self }
     }
 
     /// Looks at the file and, when it changed, reads it again; returns the
@@ -340,7 +349,7 @@ impl AuthCache {
             slot.looked = now;
         }
         let key = (file.id, slot.generation, self.digest.hash_one(header));
-        if let Some(r) = self.recent.get(&key) {
+        if let Some(r) = self.recent.get(&key).filter(|_| file.remember) {
             if bool::from(r.header.ct_eq(header)) {
                 return Some(r.user.clone());
             }
@@ -349,7 +358,7 @@ impl AuthCache {
         let user = std::str::from_utf8(&decoded[..colon]).ok()?;
         self.hashes += 1;
         let name = slot.users.verify(user, &decoded[colon + 1..])?;
-        if header.len() <= REMEMBERED_LEN {
+        if file.remember && header.len() <= REMEMBERED_LEN {
             self.recent.put(key, Remembered { header: header.into(), user: name.clone() });
         }
         Some(name)

@@ -224,6 +224,16 @@ pub struct Auth {
     /// `openssl passwd -6`), relative to the config file's directory; read
     /// again when it changes. Required; `""` turns authentication off.
     pub htpasswd: PathBuf,
+    /// Each worker remembers the last 256 credentials it let in (until the
+    /// file changes), so a client sending them again costs a lookup, not a
+    /// hash of milliseconds; false hashes every request (as nginx does).
+    /// Default true.
+    #[serde(default = "yes")]
+    pub remember: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn restricted() -> String {

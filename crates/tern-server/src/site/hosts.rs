@@ -54,24 +54,30 @@ impl Found {
 impl Hosts {
     /// Builds the table from each site's name and host names (in site
     /// order) and the default site. A host name listed twice, by one site
-    /// or two, is an error naming the sites.
-    pub fn new<S: AsRef<str>>(sites: &[(&str, &[S])], default: Option<usize>) -> Result<Hosts, String> {
+    /// or two, is an error naming the sites, with the number of the site
+    /// where it was found.
+    pub fn new<S: AsRef<str>>(sites: &[(&str, &[S])], default: Option<usize>) -> Result<Hosts, (usize, String)> {
         let names = sites.iter().map(|(name, _)| Box::from(*name)).collect();
         let mut hosts = Hosts { default, names, ..Hosts::default() };
         for (site, (_, list)) in sites.iter().enumerate() {
             for name in list.iter() {
                 let name = name.as_ref();
                 let (table, key) = match name.strip_prefix('*') {
-                    Some(rest) if rest.starts_with('.') => (&mut hosts.wildcards, normal(rest, name)?),
-                    _ => (&mut hosts.exact, normal(name, name)?),
+                    Some(rest) if rest.starts_with('.') => {
+                        (&mut hosts.wildcards, normal(rest, name).map_err(|e| (site, e))?)
+                    }
+                    _ => (&mut hosts.exact, normal(name, name).map_err(|e| (site, e))?),
                 };
                 if let Some(first) = table.insert(key.into(), site) {
                     let (first, this) = (&hosts.names[first], &hosts.names[site]);
-                    return Err(if first == this {
-                        format!("host `{name}` is listed twice by site `{this}`")
-                    } else {
-                        format!("host `{name}` is listed by sites `{first}` and `{this}`")
-                    });
+                    return Err((
+                        site,
+                        if first == this {
+                            format!("host `{name}` is listed twice by site `{this}`")
+                        } else {
+                            format!("host `{name}` is listed by sites `{first}` and `{this}`")
+                        },
+                    ));
                 }
             }
         }
@@ -202,11 +208,11 @@ mod tests {
     #[test]
     fn names_listed_twice_and_bad_names_are_refused() {
         let err = Hosts::new(&[("a", &["a.example"][..]), ("b", &["A.example."])], None).unwrap_err();
-        assert_eq!(err, "host `A.example.` is listed by sites `a` and `b`");
+        assert_eq!(err, (1, "host `A.example.` is listed by sites `a` and `b`".into()));
         let err = Hosts::new(&[("a", &["*.a.example", "*.a.example"][..])], None).unwrap_err();
-        assert_eq!(err, "host `*.a.example` is listed twice by site `a`");
+        assert_eq!(err, (0, "host `*.a.example` is listed twice by site `a`".into()));
         for bad in ["", "a.example:80", "a b", "*", "*.", "a/b"] {
-            let err = Hosts::new(&[("a", &[bad][..])], None).unwrap_err();
+            let (_, err) = Hosts::new(&[("a", &[bad][..])], None).unwrap_err();
             assert!(err.starts_with(&format!("`{bad}` is not a host name")), "{bad}: {err}");
         }
     }

@@ -93,7 +93,7 @@ pub struct Build<'a> {
     /// The site's compression.
     pub policy: Arc<Policy>,
     pub roots: Vec<(RootKey, Arc<Root>)>,
-    pub htpasswd: Vec<(PathBuf, Arc<Htpasswd>)>,
+    pub htpasswd: Vec<((PathBuf, bool), Arc<Htpasswd>)>,
 }
 
 impl Build<'_> {
@@ -131,7 +131,7 @@ impl Build<'_> {
         };
         let auth = match pick!(auth) {
             Some(a) if !a.htpasswd.as_os_str().is_empty() => Some(Guard {
-                file: self.htpasswd(&a.htpasswd).map_err(|e| format!("auth.htpasswd: {e}"))?,
+                file: self.htpasswd(&a.htpasswd, a.remember).map_err(|e| format!("auth.htpasswd: {e}"))?,
                 challenge: htpasswd::challenge(&a.realm).map_err(|e| format!("auth.realm: {e}"))?,
             }),
             _ => None,
@@ -174,8 +174,8 @@ impl Build<'_> {
         };
         let policy = if compression { self.policy.clone() } else { Arc::new(Policy::off()) };
         let (root, path) = self.root_of(&path, index, compression).map_err(|e| {
-            let key = if alias.is_some() { "alias" } else { "root" };
-            format!("{key}: cannot open {}: {e}", path.display())
+            let what = if alias.is_some() { "alias" } else { "document root" };
+            format!("cannot open {what} {}: {e}", path.display())
         })?;
         let list = own.list_directories.or(site.list_directories).unwrap_or(false);
         Ok(Dir { root, path, alias, policy, list, try_files })
@@ -193,12 +193,13 @@ impl Build<'_> {
         Ok((root, path))
     }
 
-    fn htpasswd(&mut self, path: &Path) -> Result<Arc<Htpasswd>, String> {
-        if let Some((_, file)) = self.htpasswd.iter().find(|(p, _)| p == path) {
+    fn htpasswd(&mut self, path: &Path, remember: bool) -> Result<Arc<Htpasswd>, String> {
+        let key = (path.to_path_buf(), remember);
+        if let Some((_, file)) = self.htpasswd.iter().find(|(k, _)| *k == key) {
             return Ok(file.clone());
         }
-        let file = Arc::new(Htpasswd::open(path)?);
-        self.htpasswd.push((path.to_path_buf(), file.clone()));
+        let file = Arc::new(Htpasswd::open(path)?.remembering(remember));
+        self.htpasswd.push((key, file.clone()));
         Ok(file)
     }
 

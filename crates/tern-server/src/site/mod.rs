@@ -97,12 +97,16 @@ impl Sites {
         let mut sites = Vec::with_capacity(plan.sites.len());
         let mut names = Vec::with_capacity(plan.sites.len());
         let mut default = None;
+        // The implicit site of a file without `[[site]]` (line 0) has no
+        // table to point at: its errors speak of the top-level keys.
+        let fail = |sc: &SiteConfig, what: String| match &plan.origin.path {
+            Some(path) if sc.line > 0 => {
+                std::io::Error::other(format!("{}: line {}: site `{}`: {what}", path.display(), sc.line, site_name(sc)))
+            }
+            _ => std::io::Error::other(what),
+        };
         for (i, sc) in plan.sites.iter().enumerate() {
-            let fail = |what: String| {
-                let at =
-                    plan.origin.path.as_ref().map_or(String::new(), |p| format!("{}: line {}: ", p.display(), sc.line));
-                std::io::Error::other(format!("{at}site `{}`: {what}", site_name(sc)))
-            };
+            let fail = |what| fail(sc, what);
             if sc.keys.default {
                 if let Some(first) = default.replace(i) {
                     return Err(fail(format!(
@@ -122,10 +126,7 @@ impl Sites {
         }
         let listed: Vec<(&str, &[String])> =
             plan.sites.iter().map(|sc| (site_name(sc), sc.keys.hosts.as_slice())).collect();
-        let hosts = Hosts::new(&listed, default).map_err(|e| {
-            let at = plan.origin.path.as_ref().map_or(String::new(), |p| format!("{}: ", p.display()));
-            std::io::Error::other(format!("{at}site.hosts: {e}"))
-        })?;
+        let hosts = Hosts::new(&listed, default).map_err(|(i, e)| fail(&plan.sites[i], format!("`hosts`: {e}")))?;
         Ok(Sites {
             hosts,
             sites,
