@@ -67,7 +67,8 @@ impl Table<'_> {
             Ok(n) => n,
             Err(e) => return Route::answer(notes, format!("400: the path is refused ({})", e.0)),
         };
-        notes.push(format!("the path, decoded and normalised: /{}", String::from_utf8_lossy(&rel)));
+        let slash = if norm.trailing_slash && !rel.is_empty() { "/" } else { "" };
+        notes.push(format!("the path, decoded and normalised: /{}{slash}", String::from_utf8_lossy(&rel)));
         let loc = match site.index.find(&rel, norm.trailing_slash, &mut Vec::new(), &mut notes) {
             Some(i) => &site.locations[i],
             None => &site.base,
@@ -161,7 +162,13 @@ fn files(site: &Site, loc: &Location, mut rel: Vec<u8>, mut slash: bool, notes: 
         Some(Err(e)) => return format!("{}: under a CGI directory, but no program ({e:?})", e.status()),
         None => {}
     }
-    let shown = format!("{}/{}", dir.path.display(), String::from_utf8_lossy(&rel));
+    // The directory itself is shown without a `/` of its own: the index
+    // file's name is joined to it.
+    let shown = if rel.is_empty() {
+        dir.path.display().to_string()
+    } else {
+        format!("{}/{}", dir.path.display(), String::from_utf8_lossy(&rel))
+    };
     match dir.root.find(&rel, slash, &mut Vec::new()) {
         Ok(Found::File { index: None, .. }) => format!("200: the file {shown}"),
         Ok(Found::File { index: Some(i), .. }) => format!("200: the index file {shown}/{}", dir.root.index_name(i)),
