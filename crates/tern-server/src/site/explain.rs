@@ -156,8 +156,15 @@ fn files(site: &Site, loc: &Location, mut rel: Vec<u8>, mut slash: bool, notes: 
     }
     match site.cgi.locate(&dir.root, &rel) {
         Some(Ok(_)) if !loc.cgi => return "403: a CGI program, and programs may not run here (cgi = false)".into(),
-        Some(Ok(_)) => {
-            return format!("a CGI program, run from {}", dir.path.display());
+        Some(Ok(script)) => {
+            let (name, interpreter) = script.program(&rel);
+            let by = interpreter.map_or(String::new(), |i| format!(" by {}", i.display()));
+            return format!(
+                "the CGI program {}/{}, run{by} in {}",
+                dir.path.display(),
+                String::from_utf8_lossy(name),
+                dir.path.display()
+            );
         }
         Some(Err(e)) => return format!("{}: under a CGI directory, but no program ({e:?})", e.status()),
         None => {}
