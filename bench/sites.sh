@@ -4,13 +4,14 @@
 #
 # Routing: a 1 KiB static file (`/static/1k.bin`, keep-alive) from
 #   tern-flat     tern with the flat configuration: one site, no location;
-#   tern-sites    tern with SITES sites of 20 locations each (6 exact, 10
-#                 prefix, 4 regex), asked for the site in the middle of the
-#                 table, whose `/static/` prefix answers after its 4 regexes
+#   tern-site     tern with one site of 20 locations (6 exact, 10 prefix, 4
+#                 regex), whose `/static/` prefix answers after its 4 regexes
 #                 were tried (nginx's order: the longest prefix does not skip
 #                 them);
-#   nginx-flat    nginx with one server block;
-#   nginx-sites   nginx with the same SITES server blocks and locations.
+#   tern-sites    tern with SITES such sites, asked for the one in the middle
+#                 of the table (the same name as tern-site's);
+#   nginx-flat, nginx-site, nginx-sites: nginx with the same server blocks
+#                 and locations.
 # Basic auth: the same file under `/private/`, with the right credentials
 # (one SHA-crypt `$6$` hash, 5,000 rounds, the same htpasswd file for both):
 #   tern-remember tern remembering credentials it let in (the default);
@@ -132,6 +133,7 @@ def tern_site(n):
     return s
 
 open(f"{out}/tern-flat.toml", "w").write(common)
+open(f"{out}/tern-site.toml", "w").write(common + tern_site(sites // 2))
 open(f"{out}/tern-sites.toml", "w").write(common + "".join(tern_site(n) for n in range(sites)))
 open(f"{out}/tern-auth.toml", "w").write(common + f"""
 [[site]]
@@ -179,9 +181,9 @@ http {{
 {servers}}}
 """
 
-def nginx_site(n):
+def nginx_site(n, first):
     # Listen options go on one server block of the address only.
-    options = " backlog=4096 reuseport" if n == 0 else ""
+    options = " backlog=4096 reuseport" if first else ""
     s = f"    server {{\n        listen 127.0.0.1:@PORT@{options};\n        server_name site{n}.bench.test www.site{n}.bench.test;\n        root {docroot};\n"
     for p in exact:
         s += f"        location = {p} {{ return 404; }}\n"
@@ -202,15 +204,17 @@ flat = f"""    server {{
     }}
 """
 open(f"{out}/nginx-flat.conf.tmpl", "w").write(nginx("nginx-flat", flat))
-open(f"{out}/nginx-sites.conf.tmpl", "w").write(nginx("nginx-sites", "".join(nginx_site(n) for n in range(sites))))
+open(f"{out}/nginx-site.conf.tmpl", "w").write(nginx("nginx-site", nginx_site(sites // 2, True)))
+open(f"{out}/nginx-sites.conf.tmpl", "w").write(nginx("nginx-sites", "".join(nginx_site(n, n == 0) for n in range(sites))))
 EOF
 
 # ---------------------------------------------------------------- servers
 
 declare -A PORT_OF=() PID_OF=()
 
-# start NAME: one server instance (tern-flat, tern-sites, tern-auth,
-# nginx-flat, nginx-sites) on a free port, pinned; waits until it answers.
+# start NAME: one server instance (tern-flat, tern-site, tern-sites,
+# tern-auth, nginx-flat, nginx-site, nginx-sites) on a free port, pinned;
+# waits until it answers.
 start() {
     local name=$1 dir=$OUT/$1 port
     mkdir -p "$dir"
@@ -240,15 +244,17 @@ start() {
 # Each target: "SERVER HOST PATH AUTH(0|1)".
 declare -A TARGET=(
     [tern-flat]="tern-flat $HOST /static/1k.bin 0"
+    [tern-site]="tern-site $HOST /static/1k.bin 0"
     [tern-sites]="tern-sites $HOST /static/1k.bin 0"
     [nginx-flat]="nginx-flat $HOST /static/1k.bin 0"
+    [nginx-site]="nginx-site $HOST /static/1k.bin 0"
     [nginx-sites]="nginx-sites $HOST /static/1k.bin 0"
     [tern-remember]="tern-auth $HOST /private/1k.bin 1"
     [tern-hash]="tern-auth $HOST /hashed/1k.bin 1"
     [nginx-auth]="nginx-flat $HOST /private/1k.bin 1"
 )
 declare -A ROW_TARGETS=(
-    [routing]="tern-flat tern-sites nginx-flat nginx-sites"
+    [routing]="tern-flat tern-site tern-sites nginx-flat nginx-site nginx-sites"
     [auth]="tern-remember tern-hash nginx-auth"
 )
 
@@ -276,16 +282,19 @@ run() {
     file=$OUT/wrk-$target-$rep.txt
     local -a hdr=(-H "Host: $host")
     ((auth)) && hdr+=(-H "$AUTH")
+    local cpu0 cpu1
+    cpu0=$(tree_cpu_ticks "${PID_OF[$server]}")
     timeout -k 5 $((dur + 30)) "${CLIENT_PIN[@]}" wrk -t1 -c"$CONNS" -d"${dur}s" --timeout 5s --latency "${hdr[@]}" \
         "http://127.0.0.1:${PORT_OF[$server]}$path" >"$file" 2>&1 || echo "wrk exited with $?" >>"$file"
+    cpu1=$(tree_cpu_ticks "${PID_OF[$server]}")
     kill -0 "${PID_OF[$server]}" 2>/dev/null || bench_die "$server died during $target run $rep"
-    [[ $rep == warmup ]] || printf '%s\t%s\t%s\t%s\n' "$row" "$target" "$rep" "$file" >>"$OUT/runs.tsv"
+    [[ $rep == warmup ]] || printf '%s\t%s\t%s\t%s\t%s\n' "$row" "$target" "$rep" "$file" $((cpu1 - cpu0)) >>"$OUT/runs.tsv"
 }
 
 want_row() { [[ " ${ROW_LIST[*]} " == *" $1 "* ]]; }
 
 servers=()
-want_row routing && servers+=(tern-flat tern-sites nginx-flat nginx-sites)
+want_row routing && servers+=(tern-flat tern-site tern-sites nginx-flat nginx-site nginx-sites)
 want_row auth && servers+=(tern-auth)
 want_row auth && ! want_row routing && servers+=(nginx-flat)
 for s in "${servers[@]}"; do
@@ -297,7 +306,7 @@ if want_row routing; then
     bench_log "tern route http://$HOST/static/1k.bin: $(tail -n 1 "$OUT/tern-route.txt")"
 fi
 
-printf 'row\ttarget\trep\twrk_file\n' >"$OUT/runs.tsv"
+printf 'row\ttarget\trep\twrk_file\tserver_cpu_ticks\n' >"$OUT/runs.tsv"
 for row in "${ROW_LIST[@]}"; do
     read -r -a targets <<<"${ROW_TARGETS[$row]}"
     for t in "${targets[@]}"; do check "$t"; done
@@ -316,41 +325,48 @@ stop_all
 printf 'uptime_end\t%s\n' "$(uptime)" >>"$OUT/meta.tsv"
 bench_log "uptime: $(uptime)"
 
-PYTHONPATH=$ROOT/bench/lib python3 - "$OUT/runs.tsv" "$SITES" <<'EOF' | tee "$OUT/report.txt"
+PYTHONPATH=$ROOT/bench/lib python3 - "$OUT/runs.tsv" "$SITES" "$(getconf CLK_TCK)" <<'EOF' | tee "$OUT/report.txt"
 import csv, statistics, sys
 import wrk
 
-runs, sites = sys.argv[1], int(sys.argv[2])
+runs, sites, clk_tck = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 by = {}
 for r in csv.DictReader(open(runs), delimiter="\t"):
     w = wrk.parse(r["wrk_file"])
+    # The server's CPU time (its whole process tree, from /proc) per request.
+    w["cpu_us"] = int(r["server_cpu_ticks"]) * 1e6 / clk_tck / w["requests"] if w["requests"] else 0
     by.setdefault(r["row"], {}).setdefault(r["target"], []).append(w)
-med = {row: {t: statistics.median(w["rps"] or 0 for w in ws) for t, ws in targets.items()} for row, targets in by.items()}
-p99 = {row: {t: statistics.median(w["p99_us"] or 0 for w in ws) for t, ws in targets.items()} for row, targets in by.items()}
+def median(key):
+    return {row: {t: statistics.median(w[key] or 0 for w in ws) for t, ws in ts.items()} for row, ts in by.items()}
+med, p99, cpu = median("rps"), median("p99_us"), median("cpu_us")
 n = len(next(iter(next(iter(by.values())).values())))
-print(f"Medians of {n} runs per target, rounds rotated; wrk errors (socket, non-2xx/3xx) summed over the runs.")
+print(f"Medians of {n} runs per target, rounds rotated; wrk errors (socket, non-2xx/3xx) summed over the runs;")
+print("server CPU: utime+stime of its process tree per request.")
 print()
-print("| row | target | req/s (median) | runs | p99 ms (median) | errors |")
-print("|---|---|---:|---|---:|---:|")
+print("| row | target | req/s (median) | runs | server CPU µs/req (median) | p99 ms (median) | errors |")
+print("|---|---|---:|---|---:|---:|---:|")
 for row, targets in by.items():
     for t, ws in targets.items():
         runs_text = ", ".join(f"{w['rps'] or 0:.0f}" for w in ws)
         errors = sum(wrk.errors(w) for w in ws)
-        print(f"| {row} | {t} | {med[row][t]:,.0f} | {runs_text} | {p99[row][t] / 1000:.2f} | {errors} |")
+        print(f"| {row} | {t} | {med[row][t]:,.0f} | {runs_text} | {cpu[row][t]:.1f} | {p99[row][t] / 1000:.2f} | {errors} |")
 print()
 ratios = [
-    ("routing", "tern-sites", "tern-flat", f"tern, {sites} sites x 20 locations / one site (target >= 0.98)"),
-    ("routing", "nginx-sites", "nginx-flat", f"nginx, {sites} server blocks / one"),
+    ("routing", "tern-sites", "tern-site", f"tern, {sites} sites / one site, 20 locations each (target >= 0.98)"),
+    ("routing", "tern-sites", "tern-flat", f"tern, {sites} sites x 20 locations / the flat configuration"),
+    ("routing", "tern-site", "tern-flat", "tern, one site of 20 locations / the flat configuration"),
+    ("routing", "nginx-sites", "nginx-site", f"nginx, {sites} server blocks / one, 20 locations each"),
+    ("routing", "nginx-sites", "nginx-flat", f"nginx, {sites} server blocks x 20 locations / one without locations"),
     ("routing", "tern-sites", "nginx-sites", f"tern / nginx, {sites} sites each"),
-    ("routing", "tern-flat", "nginx-flat", "tern / nginx, one site each"),
+    ("routing", "tern-flat", "nginx-flat", "tern / nginx, flat"),
     ("auth", "tern-remember", "tern-hash", "tern remembering / hashing every request"),
     ("auth", "tern-remember", "nginx-auth", "tern remembering / nginx auth_basic"),
     ("auth", "tern-hash", "nginx-auth", "tern hashing every request / nginx auth_basic"),
 ]
-print("| ratio of the medians | value |")
-print("|---|---:|")
+print("| ratio of the medians | req/s | server CPU per request |")
+print("|---|---:|---:|")
 for row, a, b, what in ratios:
-    if row in med and med[row].get(b):
-        print(f"| {what} | {med[row][a] / med[row][b]:.3f} |")
+    if row in med and med[row].get(b) and cpu[row].get(b):
+        print(f"| {what} | {med[row][a] / med[row][b]:.3f} | {cpu[row][a] / cpu[row][b]:.3f} |")
 EOF
 bench_log "raw data in $OUT"
