@@ -57,6 +57,7 @@ SKIP_BUILD=${SKIP_BUILD:-0}
 readonly PACKAGES=(nginx wrk curl openssl python3 procps iproute2 util-linux)
 readonly PASSWORD='correct horse battery staple'
 
+COMMAND_LINE="bench/sites.sh${*:+ $*}"
 while [[ $# -gt 0 ]]; do
     case $1 in
         --sites) SITES=$2; shift 2 ;;
@@ -90,7 +91,7 @@ bench_build_tern
 bench_log "uptime: $(uptime)"
 {
     printf 'date\t%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    printf 'command\tbench/sites.sh%s\n' "${*:+ $*}"
+    printf 'command\t%s\n' "$COMMAND_LINE"
     printf 'git_commit\t%s\n' "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
     printf 'nproc\t%s\n' "$(nproc)"
     printf 'kernel\t%s\n' "$(uname -r)"
