@@ -4,8 +4,8 @@
 //! status, header fields and bytes, Basic auth with its file read again,
 //! address rules, per-site logs and counters, a reload that swaps the
 //! routing table under load, `tern route`'s explanations and `--check`'s
-//! errors. The alias traversal vectors and the shared corpus run per site
-//! in `traversal.rs` and `corpus.rs`.
+//! errors. The alias traversal vectors and the shared corpus run with
+//! several sites too, in `traversal.rs` and `corpus.rs`.
 
 mod common;
 
@@ -276,9 +276,14 @@ fn set_mtime(path: &Path, secs: i64) {
     assert_eq!(rc, 0, "utimensat {}", path.display());
 }
 
-/// `GET path` for `host` with extra header lines, on its own connection.
+/// `GET path` for `host` with extra header lines, closing the connection.
+fn get_request(host: &str, path: &str, extra: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}\r\n")
+}
+
+/// [`get_request`] on its own connection.
 fn get(addr: SocketAddr, host: &str, path: &str, extra: &str) -> Response {
-    common::request(addr, &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}\r\n"))
+    common::request(addr, &get_request(host, path, extra))
 }
 
 /// As [`get`], from the local address `from` (any of 127.0.0.0/8).
@@ -288,8 +293,7 @@ fn get_from(from: &str, addr: SocketAddr, host: &str, path: &str, extra: &str) -
     sock.connect(&addr.into()).unwrap();
     let mut s: TcpStream = sock.into();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}\r\n");
-    s.write_all(request.as_bytes()).unwrap();
+    s.write_all(get_request(host, path, extra).as_bytes()).unwrap();
     let raw = common::read_until_close(&mut s);
     parse_responses(&raw, &[false]).into_iter().next().expect("a response")
 }
@@ -739,7 +743,7 @@ fn over_https_sni_chooses_the_certificate_and_a_host_of_another_site_is_421() {
     // The client checks the certificate against the name it asked for: a
     // wrong one fails the handshake, and no response comes.
     let ask = |sni: &str, host: &str, path: &str| -> (u16, String) {
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let request = get_request(host, path, "");
         let (raw, _) = common::tls::exchange_as(&client, addr, sni, request.as_bytes(), Duration::from_secs(5));
         let r = parse_responses(&raw, &[false]).into_iter().next().unwrap_or_else(|| panic!("{sni}/{host}: no answer"));
         (r.status, String::from_utf8_lossy(&r.body).into_owned())
@@ -759,7 +763,7 @@ fn over_https_sni_chooses_the_certificate_and_a_host_of_another_site_is_421() {
         assert_eq!(ask(sni, host, "/"), want, "SNI {sni}, Host {host}");
     }
     // The scheme a redirect names is the connection's.
-    let request = "GET /go/x?q HTTP/1.1\r\nHost: shop.test\r\nConnection: close\r\n\r\n";
+    let request = get_request("shop.test", "/go/x?q", "");
     let (raw, _) = common::tls::exchange_as(&client, addr, "shop.test", request.as_bytes(), Duration::from_secs(5));
     let r = parse_responses(&raw, &[false]).remove(0);
     assert_eq!((r.status, r.header("location")), (302, Some("/r?s=https&h=shop.test&n=shop.test&p=/go/x&r=x&q=?q")));
