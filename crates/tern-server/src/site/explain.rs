@@ -150,7 +150,7 @@ fn files(site: &Site, loc: &Location, mut rel: Vec<u8>, mut slash: bool, notes: 
                     String::from_utf8_lossy(root)
                 );
             }
-            Some(Err(e)) => return format!("{}: the FastCGI script is not there ({e:?})", e.status()),
+            Some(Err(e)) => return format!("{}: the FastCGI script is not there ({e})", e.status()),
             None => {}
         }
     }
@@ -166,7 +166,7 @@ fn files(site: &Site, loc: &Location, mut rel: Vec<u8>, mut slash: bool, notes: 
                 dir.path.display()
             );
         }
-        Some(Err(e)) => return format!("{}: under a CGI directory, but no program ({e:?})", e.status()),
+        Some(Err(e)) => return format!("{}: under a CGI directory, but no program ({e})", e.status()),
         None => {}
     }
     // The directory itself is shown without a `/` of its own: the index
@@ -182,7 +182,7 @@ fn files(site: &Site, loc: &Location, mut rel: Vec<u8>, mut slash: bool, notes: 
         Ok(Found::DirectoryWithoutSlash) => "301: a directory, redirected to its path with a `/`".into(),
         Ok(Found::DirectoryWithoutIndex) if dir.list => format!("200: a listing of the directory {shown}"),
         Ok(Found::DirectoryWithoutIndex) => format!("403: the directory {shown} has no index file"),
-        Err(e) => format!("{}: {shown} ({e:?})", e.status()),
+        Err(e) => format!("{}: {shown} ({e})", e.status()),
     }
 }
 
