@@ -4,8 +4,11 @@
  * median round in ns per round trip, with nothing subtracted. PEER is
  * "process" (default: a forked echo child) or "thread" (an echo thread, as
  * tern's loopback peer is: on one CPU a round trip then switches threads,
- * not address spaces, which is cheaper).
- * Usage: tcp_pingpong [SIZE [N [ROUNDS [PEER]]]] */
+ * not address spaces, which is cheaper). With ECHO_CPU the echo runs on
+ * that CPU (the caller on the one taskset gave it): tern's "TCP round trip,
+ * 1 KiB, across CPUs".
+ * Usage: tcp_pingpong [SIZE [N [ROUNDS [PEER [ECHO_CPU]]]]] */
+#define _GNU_SOURCE /* sched_setaffinity, for ECHO_CPU */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,6 +19,7 @@
 #include <unistd.h>
 
 #include "rounds.h"
+#include "pin.h"
 
 static int full(ssize_t (*io)(int, void *, size_t), int fd, char *buf, size_t len) {
     size_t done = 0;
@@ -32,14 +36,16 @@ static ssize_t rd(int fd, void *b, size_t n) { return read(fd, b, n); }
 static ssize_t wr(int fd, void *b, size_t n) { return write(fd, b, n); }
 
 static size_t size;
-static int lst;
+static int lst, echo_cpu = -1;
 
 /* Accepts one connection and echoes SIZE-byte messages until it closes. */
 static void *echo(void *arg) {
     int one = 1;
     char *buf = calloc(1, size);
-    int c = accept(lst, NULL, NULL);
     (void)arg;
+    if (pin_to(echo_cpu))
+        exit(3);
+    int c = accept(lst, NULL, NULL);
     setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     while (full(rd, c, buf, size) == 0 && full(wr, c, buf, size) == 0) {
     }
@@ -53,6 +59,7 @@ int main(int argc, char **argv) {
     int rounds = argc > 3 ? atoi(argv[3]) : 100;
     const char *peer = argc > 4 ? argv[4] : "process";
     int threaded = strcmp(peer, "thread") == 0;
+    echo_cpu = argc > 5 ? atoi(argv[5]) : -1;
     if (size < 1 || n < 1 || rounds < 1 || (!threaded && strcmp(peer, "process") != 0))
         return 2;
     double *per = calloc(rounds, sizeof *per);
