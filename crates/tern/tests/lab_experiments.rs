@@ -444,6 +444,28 @@ fn e3_finds_each_models_saturation_point_by_cgi_share_and_cpus() {
     }
 }
 
+/// `tern lab report` holds each experiment's page, as the dashboard shows
+/// it, in one file that opens from a file:// URL with nothing fetched.
+#[test]
+fn the_report_holds_every_experiment_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("lab.sqlite");
+    let (_, e1) = run_with("e1", &store, &["--gateway", gateway()]);
+    let (_, e5) = run("e5", &store);
+    let report = common::lab::artifacts().join("lab-report-experiments.html");
+    let ids = [e1["id"].to_string(), e5["id"].to_string()];
+    let out = tern(&["lab", "report", &ids[0], &ids[1], "-o", report.to_str().unwrap()], &store);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(!text.contains("src=") && !text.contains("href="), "self-contained: no links, no fetched resources");
+    let dom = chromium(&format!("file://{}", report.display()), None);
+    let kinds: Vec<String> =
+        tags(&dom, "section").iter().filter_map(|t| attr(t, "data-kind").map(str::to_string)).collect();
+    assert_eq!(kinds, ["e1", "e5"]);
+    check_story(&dom, &[&e1, &e5]);
+    assert!(sentences(&dom).len() >= 2, "each experiment's sentences");
+}
+
 /// A `tern agent` on 127.0.0.1 with the token in `token`, stopped on drop.
 struct Agent {
     child: std::process::Child,
