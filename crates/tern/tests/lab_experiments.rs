@@ -515,7 +515,8 @@ fn e5_probes_this_host_and_an_agent_side_by_side() {
     let mut lines = stdout.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(header, ["figure", "unit", "local", agent.addr.as_str()], "{stdout}");
-    let rows: Vec<&str> = lines.take_while(|l| !l.starts_with("stored as run ")).collect();
+    let rows: Vec<&str> =
+        lines.take_while(|l| !l.starts_with("stored as run ") && !l.starts_with("reference: ")).collect();
     assert!(rows.len() > 20, "every suite's figures: {stdout}");
     for row in &rows {
         // The net suite's round trip across CPUs is this host's alone: with
@@ -544,7 +545,8 @@ fn e5_probes_this_host_and_an_agent_side_by_side() {
     assert_eq!(runs[1]["label"], format!("e5 --quick on {}", agent.addr));
     for (run, across) in runs.iter().zip([0, 1]) {
         assert_eq!((run["kind"].as_str(), run["status"].as_str()), (Some("e5"), Some("complete")));
-        assert_eq!(run["measurements"].as_array().unwrap().len(), rows.len() - across, "{run}");
+        let figures = run["measurements"].as_array().unwrap().iter().filter(|m| m["metric"] == "value").count();
+        assert_eq!(figures, rows.len() - across, "{run}");
     }
     assert_eq!(runs[1]["result"]["host"], agent.addr.as_str());
     let list = String::from_utf8(tern(&["lab", "list", "--kind", "e5"], &store).stdout).unwrap();
@@ -570,6 +572,15 @@ fn e5_probes_this_host_and_an_agent_side_by_side() {
     assert_eq!(attr(&shown, "data-value").unwrap().parse::<f64>().unwrap(), pipe["value"].as_f64().unwrap());
     let first = &sentences(&dom)[0];
     assert!(first.contains(&format!("a pipe round trip took {} µs on one CPU", sig3(us))), "{us}: {first}");
+    // Each reference tool this host has stands beside its figure.
+    let references = values(&runs[0], "reference");
+    let findings = texts(&dom, "td", "");
+    for r in &references {
+        let subject = r["subject"].as_str().unwrap();
+        assert!(values(&runs[0], "value").iter().any(|m| m["subject"] == subject), "{subject}");
+        let tool = runs[0]["config"]["settings"]["references"][subject].as_str().unwrap();
+        assert!(findings.iter().any(|f| f.starts_with(tool)), "{tool}: {findings:?}");
+    }
 }
 
 /// `v` to three significant figures, as the pages print it.

@@ -10,7 +10,8 @@
 //! models by CGI share and CPU count, their saturation points from
 //! open-loop steps; E4 (`compression.rs`, `burst.rs`, `coding.rs`)
 //! compression by page size and coding, then a cold burst; E5
-//! (`probes.rs`) the OS probes. What they share: `outcome.rs` (what one
+//! (`probes.rs`, `references.rs`) the OS probes, beside the reference tools
+//! this host has. What they share: `outcome.rs` (what one
 //! measured, its table), `workload.rs` (how it loads a server), `setup.rs`
 //! (scratch directory, the gateway's programs). E1, E2 and E3 run the
 //! gateway's C programs (`make -C gateway`), found beside this binary's
@@ -28,6 +29,7 @@ mod file_io;
 mod models;
 mod outcome;
 mod probes;
+mod references;
 mod setup;
 mod workload;
 
