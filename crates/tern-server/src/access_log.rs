@@ -10,6 +10,44 @@ use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
+use serde::Deserialize;
+
+use crate::error_log::Level;
+use crate::values::Bytes;
+
+/// `[log]`: where the logs go: the access log, the service records and the
+/// error log.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Log {
+    /// Access log (Combined Log Format): a path, `"-"` for stdout, or
+    /// `"off"`. Default `"-"`.
+    pub access: String,
+    /// Access log bytes buffered per worker before a write; the buffer is
+    /// also flushed every second and at exit. Default `"64KiB"`.
+    pub access_buffer: Bytes,
+    /// Per-request service records (CSV rows: accept, start and end
+    /// times, status, bytes; see `service_records.rs`): a path or `"off"`; buffered per worker like the access log (by
+    /// `access_buffer`). Default `"off"`.
+    pub service_records: String,
+    /// Error log: a path or `"-"` for stderr. Default `"-"`.
+    pub error: String,
+    /// Least severe level written: error, warn, info, debug. Default `"warn"`.
+    pub level: Level,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Log {
+            access: "-".into(),
+            access_buffer: Bytes(64 * 1024),
+            service_records: "off".into(),
+            error: "-".into(),
+            level: Level::Warn,
+        }
+    }
+}
+
 /// Where access lines go: nowhere, or a shared append-only file.
 #[derive(Clone)]
 pub struct AccessTarget(Option<Arc<File>>);
@@ -90,7 +128,7 @@ impl AccessLog {
     pub fn flush(&mut self) {
         if let (Some(file), false) = (&self.target, self.buf.is_empty()) {
             if let Err(err) = (&**file).write_all(&self.buf) {
-                crate::error_log::log!(crate::config::Level::Error, "access log write failed: {err}");
+                crate::error_log::log!(crate::error_log::Level::Error, "access log write failed: {err}");
             }
             self.buf.clear();
         }

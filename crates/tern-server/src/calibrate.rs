@@ -27,9 +27,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::body::{Flushed, OutQueue};
-use crate::config::{IoMethod, Limits, StaticFiles};
+use crate::limits::Limits;
 use crate::open_files::OpenFile;
 use crate::static_io::{index, to_measure, ClassChoice, METHODS};
+use crate::static_io::{IoMethod, StaticFiles};
 use crate::sys;
 
 /// Rounds per class and method (their median is kept).
@@ -283,7 +284,7 @@ fn schedstat(path: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::{judge, representative, ROUNDS};
-    use crate::config::IoMethod;
+    use crate::static_io::IoMethod;
     use crate::static_io::{index, METHODS};
 
     /// Rates in `METHODS` order from (sendfile, mmap, read) rounds.

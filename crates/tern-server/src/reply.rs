@@ -9,8 +9,8 @@ use std::sync::Arc;
 use tern_http::response;
 
 use crate::body::OutQueue;
-use crate::config::IoMethod;
 use crate::open_files::OpenFile;
+use crate::static_io::IoMethod;
 
 /// How a response body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,9 +11,21 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use rustix::fs::{openat2, AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use serde::Deserialize;
 
-use crate::config::Symlinks;
 use crate::open_files::Identity;
+
+/// Which symlinks a path may traverse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Symlinks {
+    /// Symlinks whose target stays inside the root (`RESOLVE_BENEATH`).
+    InsideRoot,
+    /// No symlinks at all.
+    Never,
+    /// Any symlink, even out of the root: only for trusted trees.
+    Any,
+}
 
 /// What a resolved path turned out to be.
 pub enum Found {

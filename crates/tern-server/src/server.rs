@@ -1,19 +1,36 @@
 //! Starting and stopping: listeners, worker threads, signals.
+//!
+//! A start is prepared while the process may still be root (`Prepared`):
+//! the rules checked, the logs opened, every address bound through
+//! `listeners.rs` (refused when another process listens on it) and each
+//! listening socket, new or inherited, given the options every accepted
+//! connection inherits (`TCP_NODELAY`, `limits.unsent_bytes`,
+//! `server.defer_accept`). `tern serve --check` runs this preparation and
+//! the site's, then drops them ([`Server::check`]). Then root is given up
+//! (`privileges.rs`), `Shared` built and the engine started.
+//!
+//! A reload is a second `Server` in the same process (the CLI starts it on
+//! SIGHUP): it takes over the first one's listening sockets
+//! ([`Server::listeners`]), then the first retires: `Shared::successor`
+//! points at the new workers' inboxes (`handover.rs`), each old worker
+//! passes a connection on — socket and unanswered bytes — as soon as no
+//! request is in flight on it, and the old server ends in the background
+//! once it holds none ([`Retiring`]).
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
-use tern_http::request::Limits;
+use tern_http::request::Limits as HttpLimits;
 
 use crate::access_log::AccessTarget;
 use crate::compress::Compression;
 use crate::config::Config;
-use crate::config::Level;
 use crate::engine;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::handover::Doors;
+use crate::limits::Limits;
 use crate::metrics::{Ending, ServerStats};
 use crate::offload::Offload;
 use crate::per_ip::PerIp;
@@ -22,7 +39,7 @@ use crate::service_records::RecordTarget;
 use crate::shared::Shared;
 use crate::site::app::Apps;
 use crate::site::Site;
-use crate::static_io::StaticIo;
+use crate::static_io::{StaticFiles, StaticIo};
 use crate::tls::{self, Role};
 use crate::{calibrate, error_log, listeners, privileges, sys};
 
@@ -37,6 +54,7 @@ pub enum Signal {
 
 /// A running server.
 pub struct Server {
+    config: Config,
     /// SIGTERM and SIGINT, caught from before the first connection can be
     /// accepted: a signal sent as soon as the server answers must stop it
     /// gracefully, not kill it with the default action.
@@ -57,6 +75,8 @@ pub struct Server {
 pub struct Retiring {
     /// Gone once it has ended.
     shared: Weak<Shared>,
+    /// `server.shutdown_timeout`, for [`Retiring::hurry`].
+    shutdown_timeout: std::time::Duration,
     wakers: Vec<Arc<mio::Waker>>,
     done: JoinHandle<()>,
 }
@@ -187,8 +207,9 @@ impl Prepared {
     /// threads, and the static I/O choices (an `io_profile` read).
     fn site(&self) -> Result<(Site, StaticIo), StartError> {
         // Dropped on any error, which also ends its threads.
-        let compression = Compression::start(&self.config)?;
-        let site = Site::new(&self.config, compression)?;
+        let s = &self.config.server;
+        let compression = Compression::start(&self.config.compression, &s.root, s.symlinks, &s.index)?;
+        let site = Site::new(self.config.site(), compression)?;
         let io = StaticIo::new(&self.config.static_files).map_err(StartError::Config)?;
         Ok((site, io))
     }
@@ -270,7 +291,7 @@ impl Server {
         let handover = per_worker.iter().flatten().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
 
         let per_ip = PerIp::new(config.limits.max_connections_per_ip);
-        let http_limits = Limits {
+        let http_limits = HttpLimits {
             max_request_line: config.limits.max_request_line.usize(),
             max_head_bytes: config.limits.max_header_bytes.usize(),
             max_headers: config.limits.max_headers,
@@ -280,9 +301,10 @@ impl Server {
             0 => None,
             n => Some(Offload::start(n, site.root.try_clone()?)?),
         };
-        let blocks = engine::stat_blocks(&config, workers);
+        let plan = config.engine();
+        let blocks = engine::stat_blocks(&plan, workers);
         let shared = Arc::new(Shared {
-            config,
+            config: config.lent(),
             http_limits,
             site,
             server: ServerStats::new(workers, blocks),
@@ -295,7 +317,7 @@ impl Server {
             room: Room::new(workers),
             successor: std::sync::OnceLock::new(),
         });
-        let started = engine::start(&shared, per_worker)?;
+        let started = engine::start(&shared, &plan, per_worker)?;
         let wakers: Vec<Arc<mio::Waker>> = started.doors.iter().map(|(_, waker)| waker.clone()).collect();
         if io.needs_calibration() {
             std::thread::Builder::new()
@@ -305,7 +327,7 @@ impl Server {
             log!(Level::Info, "{}", io.describe());
         }
         let doors = Arc::new(Doors::new(started.doors));
-        Ok(Server { signals, shared, workers: started.threads, wakers, addrs, handover, doors })
+        Ok(Server { config, signals, shared, workers: started.threads, wakers, addrs, handover, doors })
     }
 
     /// Which I/O method sends which file, and why.
@@ -331,7 +353,7 @@ impl Server {
     }
 
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.config
     }
 
     /// Waits for the next signal that concerns the server: SIGTERM or
@@ -349,7 +371,7 @@ impl Server {
     pub fn stop(mut self) {
         // Only the workers' sockets may stay open while they stop accepting.
         self.handover.clear();
-        let limit = self.shared.config.server.shutdown_timeout.0;
+        let limit = self.config.server.shutdown_timeout.0;
         end(&self.shared, &self.wakers, Ending::Stop, Some(limit));
         finish(self.shared, self.workers);
     }
@@ -360,14 +382,14 @@ impl Server {
     pub fn retire(mut self, successor: &Server) -> Retiring {
         self.handover.clear();
         let _ = self.shared.successor.set(successor.doors.clone());
-        let limit = self.shared.config.server.reload_drain_timeout.0;
+        let limit = self.config.server.reload_drain_timeout.0;
         end(&self.shared, &self.wakers, Ending::Reload, (!limit.is_zero()).then_some(limit));
         let shared = Arc::downgrade(&self.shared);
         let (strong, workers) = (self.shared, self.workers);
-        let pinned = sys::Pinned::new(&strong.config.server.cpus);
+        let pinned = sys::Pinned::new(&self.config.server.cpus);
         let done = std::thread::spawn(move || finish(strong, workers));
         drop(pinned);
-        Retiring { shared, wakers: self.wakers, done }
+        Retiring { shared, shutdown_timeout: self.config.server.shutdown_timeout.0, wakers: self.wakers, done }
     }
 }
 
@@ -403,7 +425,7 @@ const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis
 
 /// Measures the I/O methods while the server already serves (with the
 /// safe choices), then switches to the winners and logs them.
-fn calibrate_in_background(io: &StaticIo, st: &crate::config::StaticFiles, limits: &crate::config::Limits) {
+fn calibrate_in_background(io: &StaticIo, st: &StaticFiles, limits: &Limits) {
     let start = std::time::Instant::now();
     let outcome = calibrate::run(io.bounds(), io.choices(), CALIBRATION_BUDGET, st, limits).map_err(|e| e.to_string());
     io.calibrated(outcome, start.elapsed().as_millis());
@@ -420,7 +442,7 @@ impl Retiring {
     /// as the running server's does, and is no longer handed over.
     pub fn hurry(&self) {
         if let Some(shared) = self.shared.upgrade() {
-            end(&shared, &self.wakers, Ending::Stop, Some(shared.config.server.shutdown_timeout.0));
+            end(&shared, &self.wakers, Ending::Stop, Some(self.shutdown_timeout));
         }
     }
 

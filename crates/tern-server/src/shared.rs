@@ -8,7 +8,6 @@ use std::sync::{Arc, OnceLock};
 use tern_http::request::Limits;
 
 use crate::access_log::AccessTarget;
-use crate::config::Config;
 use crate::handover::Doors;
 use crate::metrics::ServerStats;
 use crate::offload::Offload;
@@ -18,10 +17,11 @@ use crate::service_records::RecordTarget;
 use crate::site::Site;
 use crate::static_io::StaticIo;
 use crate::tls;
-use crate::worker::{Watcher, Worker};
+use crate::worker::{Settings, Watcher, Worker};
 
 pub struct Shared {
-    pub config: Config,
+    /// What the workers lend their connections of the configuration.
+    pub config: Settings,
     pub http_limits: Limits,
     pub site: Site,
     pub server: ServerStats,

@@ -1,8 +1,8 @@
 //! What one worker thread owns and lends to each connection it runs:
 //! the clock reading, the date cache, the open-file table, the access-log
 //! buffer, scratch buffers, a pool of I/O buffers, its engine's backend
-//! [`Watcher`] and the CGI [`Reaper`] — with the configuration and the
-//! server-wide counters it reads. Every engine builds one per worker; it
+//! [`Watcher`] and the CGI [`Reaper`] — with the settings it lends them
+//! ([`Settings`]) and the server-wide counters it reads. Every engine builds one per worker; it
 //! sits below the site and the engines, so neither reaches above itself.
 
 use std::io;
@@ -15,14 +15,14 @@ use std::time::{Instant, SystemTime};
 use tern_http::date::DateCache;
 
 use crate::access_log::{AccessLog, AccessTarget};
-use crate::config::Config;
+use crate::limits::{Limits, Timeouts};
 use crate::metrics::{Ending, ServerStats, WorkerStats};
 use crate::offload::Offload;
 use crate::open_files::OpenFileTable;
 use crate::reaper::Reaper;
 use crate::resolve::{Found, ResolveError};
 use crate::service_records::{RecordTarget, ServiceLog};
-use crate::static_io::StaticIo;
+use crate::static_io::{StaticFiles, StaticIo};
 use crate::sys;
 
 /// How connection code asks its engine to watch a backend's descriptor (a
@@ -209,8 +209,27 @@ impl BufPool {
     }
 }
 
+/// What the configuration tells the connection code, lent by every worker
+/// (`Config::lent` builds it, `Shared` keeps it): the sections it reads on
+/// every request, and the few values of others it needs. `config/` sits
+/// above the connection code, so nothing here reads the whole.
+pub struct Settings {
+    /// `server.server_header`.
+    pub server_header: String,
+    /// `server.max_connections`: admission, and the status page.
+    pub max_connections: usize,
+    pub static_files: StaticFiles,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    /// `log.access_buffer`: each worker's access-log and service-record
+    /// buffer.
+    pub access_buffer: usize,
+    /// `cgi.kill_group`, for the reaper.
+    pub kill_group: bool,
+}
+
 pub struct Worker<'s> {
-    pub config: &'s Config,
+    pub config: &'s Settings,
     pub server: &'s ServerStats,
     pub stats: &'s WorkerStats,
     /// Which I/O method sends a file's body.
@@ -255,7 +274,7 @@ pub struct Worker<'s> {
 
 impl<'s> Worker<'s> {
     pub fn new(
-        config: &'s Config,
+        config: &'s Settings,
         server: &'s ServerStats,
         (access, records): (&'s AccessTarget, &'s RecordTarget),
         io: &'s StaticIo,
@@ -271,13 +290,13 @@ impl<'s> Worker<'s> {
             seen: Instant::now(),
             date: DateCache::new(SystemTime::now()),
             files: OpenFileTable::new(config.static_files.open_file_cache, config.static_files.open_file_valid.0),
-            log: AccessLog::new(access, config.log.access_buffer.usize()),
-            records: ServiceLog::new(records, config.log.access_buffer.usize()),
+            log: AccessLog::new(access, config.access_buffer),
+            records: ServiceLog::new(records, config.access_buffer),
             pool: BufPool::default(),
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
             watcher,
-            reaper: Reaper::new(config.cgi.kill_group),
+            reaper: Reaper::new(config.kill_group),
             listeners: Vec::new(),
             idle: 0,
             backend_jobs: 0,

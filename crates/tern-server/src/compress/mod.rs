@@ -20,6 +20,7 @@
 
 pub mod cache;
 pub mod codec;
+pub mod config;
 pub mod load;
 pub mod maker;
 pub mod workers;
@@ -27,6 +28,7 @@ pub mod workers;
 pub use self::maker::VARY;
 
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
 
 use tern_http::accept_encoding::{Coding, Preferences};
@@ -34,13 +36,13 @@ use tern_http::Request;
 
 use self::cache::{Cache, Entry, Key, Lookup};
 use self::codec::Levels;
+use self::config::CodingName;
 use self::load::Thresholds;
 use self::maker::{make, Maker};
 use self::workers::{Background, Job};
-use crate::config::{CodingName, Config, Level};
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::open_files::OpenFile;
-use crate::resolve::Root;
+use crate::resolve::{Root, Symlinks};
 use crate::worker::Worker;
 
 /// What a response sends.
@@ -78,9 +80,15 @@ pub struct Compression {
 }
 
 impl Compression {
-    /// Prepares the settings and starts the background threads.
-    pub fn start(config: &Config) -> io::Result<Compression> {
-        let c = &config.compression;
+    /// Prepares the settings and starts the background threads; sidecars
+    /// are looked up under the document root (`server.root`, with its
+    /// `index` and `symlinks`).
+    pub fn start(
+        c: &config::Compression,
+        root: &Path,
+        symlinks: Symlinks,
+        index: &[String],
+    ) -> io::Result<Compression> {
         let levels = Levels { gzip: c.gzip_level, br: c.br_level, zstd: c.zstd_level };
         let mut offered: Vec<Coding> = Vec::new();
         for name in &c.codings {
@@ -94,14 +102,14 @@ impl Compression {
             }
         }
         let cache = Arc::new(Cache::new(c.cache_memory.0, c.idle.0, c.when_full));
-        let s = &config.server;
-        let root = if c.sidecars {
-            Some(Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
-            })?)
-        } else {
-            None
-        };
+        let root =
+            if c.sidecars {
+                Some(Root::open(root, symlinks, index.to_vec()).map_err(|e| {
+                    io::Error::new(e.kind(), format!("cannot open document root {}: {e}", root.display()))
+                })?)
+            } else {
+                None
+            };
         let maker = Arc::new(Maker { levels, max_size: c.max_size.0, root, cache: cache.clone() });
         let background = Background::start(c.background_threads, c.background_queue, maker.clone())?;
         let settings = Settings {

@@ -16,8 +16,7 @@ use tern_http::accept_encoding::Coding;
 
 use super::cache::Claim;
 use super::maker::Maker;
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::open_files::OpenFile;
 
 /// Niceness of the background threads: the lowest priority short of

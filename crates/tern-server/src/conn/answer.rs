@@ -11,8 +11,7 @@ use tern_http::request::{parse_head, BodyFraming, Head, Request, Version, MAX_HE
 use tern_http::Method;
 
 use crate::access_log::Entry;
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::site::{Answer, Ends};
@@ -78,7 +77,7 @@ impl Conn {
         let mut reply = Reply::new(
             &mut self.out,
             w.date.http(),
-            &config.server.server_header,
+            &config.server_header,
             self.io.fields(),
             req.method == Method::Head,
             req.version == Version::Http10,
@@ -155,8 +154,7 @@ impl Conn {
             self.out.adopt(w.pool.take());
         }
         let fields = self.io.fields();
-        let mut reply =
-            Reply::new(&mut self.out, w.date.http(), &config.server.server_header, fields, false, false, false);
+        let mut reply = Reply::new(&mut self.out, w.date.http(), &config.server_header, fields, false, false, false);
         reply.error(status);
         reply.finish();
         let bytes = reply.body_len;

@@ -11,8 +11,7 @@
 use tern_http::request::{parse_head, Head, Request, Version, MAX_HEADERS};
 use tern_http::Method;
 
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::reply::{Params, Reply};
 use crate::shared::Shared;
 use crate::site::backend::Job;
@@ -31,7 +30,7 @@ impl Backend {
     fn params<'a>(&self, w: &'a Worker<'_>, fields: &'a [u8], keep_alive: bool) -> Params<'a> {
         Params {
             date: w.date.http(),
-            server: &w.config.server.server_header,
+            server: &w.config.server_header,
             fields,
             head_only: self.head_only,
             http10: self.http10,

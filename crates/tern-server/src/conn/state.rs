@@ -49,7 +49,7 @@ pub(super) enum Phase {
     Wait,
 }
 
-/// The clock a phase runs against (see `config::Timeouts`).
+/// The clock a phase runs against (see `limits::Timeouts`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Clock {
     Idle,

@@ -33,8 +33,7 @@ use lru::LruCache;
 use sha_crypt::{PasswordVerifier, ShaCrypt};
 use subtle::ConstantTimeEq;
 
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 
 /// How often a worker looks at the file.
 const RECHECK: Duration = Duration::from_secs(1);

@@ -6,8 +6,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use crate::body::OutQueue;
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::reaper;
 use crate::reply::Params;
 use crate::worker::{Wait, Worker};

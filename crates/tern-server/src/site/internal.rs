@@ -5,32 +5,86 @@ use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
+use serde::Deserialize;
 use tern_http::{Method, Request};
 
 use super::fastcgi;
+use crate::compress::config::WhenFull;
 use crate::compress::Compression;
-use crate::config::{Model, WhenFull};
 use crate::metrics::{Ending, ServerStats, StageStats, Totals};
 use crate::reply::Reply;
 use crate::service_records::STAGES;
 use crate::static_io::METHODS;
 use crate::tls;
+use crate::values::{first_broken, Network};
 use crate::worker::Worker;
+
+/// `[status]`: the internal JSON status page and Prometheus metrics.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Status {
+    /// Whether the status page and the metrics are served. Default true.
+    pub enabled: bool,
+    /// The JSON status page: a URL path (starting with `/`). Default
+    /// `"/_tern/status"`.
+    pub path: String,
+    /// The metrics, in Prometheus text format: a URL path (starting with
+    /// `/`). Default `"/metrics"`.
+    pub metrics_path: String,
+    /// Client networks allowed to read them. Default
+    /// `["127.0.0.0/8", "::1/128"]`: loopback only.
+    pub allow: Vec<Network>,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            enabled: true,
+            path: "/_tern/status".into(),
+            metrics_path: "/metrics".into(),
+            allow: vec![
+                Network::parse("127.0.0.0/8").expect("valid literal"),
+                Network::parse("::1/128").expect("valid literal"),
+            ],
+        }
+    }
+}
+
+impl Status {
+    /// The first rule of `[status]` a value breaks: `(key, message)`.
+    pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
+        first_broken([
+            (!self.path.starts_with('/'), "path", "must be a URL path starting with /"),
+            (!self.metrics_path.starts_with('/'), "metrics_path", "must be a URL path starting with /"),
+        ])
+    }
+}
 
 const TIMEOUT_NAMES: [&str; 4] = ["idle", "header", "body", "send"];
 /// In the order of `compress::cache::coding_index`.
 const CODING_NAMES: [&str; 3] = ["gzip", "br", "zstd"];
 
+/// What the internal pages show of the configuration (`Site::new`).
+pub struct Settings {
+    pub status: Status,
+    /// `server.model`'s name; stage statistics are shown under `staged`.
+    pub model: &'static str,
+    pub staged: bool,
+    /// Threads of the blocking I/O pool.
+    pub io_pool_threads: usize,
+}
+
 pub fn serve(
     req: &Request<'_>,
     peer: SocketAddr,
+    settings: &Settings,
     compression: &Compression,
     fastcgi: &fastcgi::Settings,
     reply: &mut Reply<'_>,
     w: &mut Worker<'_>,
 ) {
     let (config, server) = (w.config, w.server);
-    let status = &config.status;
+    let status = &settings.status;
     if !status.allow.iter().any(|n| n.contains(peer.ip())) {
         return reply.error(403);
     }
@@ -50,7 +104,7 @@ pub fn serve(
             "server": "tern",
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_seconds": uptime,
-            "model": config.server.model.name(),
+            "model": settings.model,
             "io": w.io.json(),
             "workers": server.worker_threads,
             "shutting_down": server.ending() != Ending::Running,
@@ -61,7 +115,7 @@ pub fn serve(
                 "evicted": t.evicted,
                 "fast_readers": t.fast_readers,
                 "fast_readers_slowed": t.fast_readers_slowed,
-                "max": config.server.max_connections,
+                "max": config.max_connections,
             },
             "requests": {
                 "total": t.requests,
@@ -86,13 +140,13 @@ pub fn serve(
                             else { t.open_file_hits as f64 / (t.open_file_hits + t.open_file_misses) as f64 },
             },
             "io_pool": {
-                "threads": config.io_pool_threads(),
+                "threads": settings.io_pool_threads,
                 "opens": t.offloaded_opens,
                 "reads": t.offloaded_reads,
             },
             "compression": compression_json(compression, &t),
             "fastcgi": fastcgi_json(fastcgi),
-            "stages": (config.server.model == Model::Staged).then(|| stages_json(server)),
+            "stages": settings.staged.then(|| stages_json(server)),
             "tls": {
                 "connections": t.tls_active,
                 "handshakes": { "full": t.tls_full, "resumed": t.tls_resumed, "failed": t.tls_failed },
@@ -113,7 +167,7 @@ pub fn serve(
     let mut text = prometheus(&t, uptime, server.worker_threads, server.cgi_running.load(Relaxed) as u64);
     compression_prometheus(&mut text, compression, &t);
     fastcgi_prometheus(&mut text, fastcgi);
-    if config.server.model == Model::Staged {
+    if settings.staged {
         stages_prometheus(&mut text, server);
     }
     reply.head(200);

@@ -17,20 +17,50 @@ pub mod trace;
 
 use std::cell::OnceCell;
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::sync::Arc;
 
 use tern_http::request::TargetForm;
 use tern_http::{path, Request};
 
 use crate::compress::Compression;
-use crate::config::{Config, Level};
-use crate::error_log::log;
+use crate::error_log::{log, Level};
+use crate::limits::Limits;
 use crate::offload::Ticket;
 use crate::reply::Reply;
-use crate::resolve::Root;
+use crate::resolve::{Root, Symlinks};
 use crate::spool::Spool;
+use crate::static_io::StaticFiles;
+use crate::values::Origin;
 use crate::worker::Worker;
 use backend::Job;
+use cgi::config::Cgi;
+use fastcgi::config::FastCgi;
+use internal::Status;
+
+/// What a site is built from (`Config::site`): its sections, and the
+/// values of `[server]` it reads. `config/` sits above the site, so the
+/// site reads this instead.
+pub struct Sections<'a> {
+    /// `server.root`, `server.index`, `server.symlinks`.
+    pub root: &'a Path,
+    pub index: &'a [String],
+    pub symlinks: Symlinks,
+    pub static_files: &'a StaticFiles,
+    pub limits: &'a Limits,
+    pub cgi: &'a Cgi,
+    pub fastcgi: &'a FastCgi,
+    pub status: &'a Status,
+    /// `server.model`'s name, and whether it is the staged engine, for the
+    /// status page.
+    pub model: &'static str,
+    pub staged: bool,
+    /// Threads of the blocking I/O pool (`Config::io_pool_threads`).
+    pub io_pool_threads: usize,
+    /// Where the configuration came from: errors name key and line, and
+    /// the file itself is never served.
+    pub origin: &'a Origin,
+}
 
 pub struct Site {
     pub root: Root,
@@ -39,6 +69,11 @@ pub struct Site {
     pub hidden: hidden::Rule,
     pub fastcgi: fastcgi::Settings,
     pub compression: Compression,
+    /// The status page and metrics (`[status]`).
+    internal: internal::Settings,
+    /// `limits.body_buffer`: the most of a spooled body a FastCGI exchange
+    /// holds in memory at once.
+    body_buffer: usize,
     /// Applications mounted by the composition root (none for `tern serve`).
     pub apps: app::Apps,
 }
@@ -96,19 +131,26 @@ pub enum Answer {
 
 impl Site {
     /// `compression` is started by the server (its background threads).
-    pub fn new(config: &Config, compression: Compression) -> std::io::Result<Site> {
-        let s = &config.server;
-        let root = Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
+    pub fn new(s: Sections<'_>, compression: Compression) -> std::io::Result<Site> {
+        let root = Root::open(s.root, s.symlinks, s.index.to_vec()).map_err(|e| {
             std::io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
         })?;
-        cgi::check(config, &root)?;
+        cgi::check(s.cgi, &root, s.origin)?;
+        let config_file = static_files::running_config(s.origin, s.root, s.symlinks);
         Ok(Site {
             root,
-            static_files: static_files::Settings::new(config),
-            cgi: cgi::Settings::new(config)?,
-            hidden: hidden::Rule::new(config),
-            fastcgi: fastcgi::Settings::new(config)?,
+            static_files: static_files::Settings::new(s.static_files, s.limits, s.io_pool_threads, config_file),
+            cgi: cgi::Settings::new(s.cgi, s.root)?,
+            hidden: hidden::Rule::new(s.static_files),
+            fastcgi: fastcgi::Settings::new(s.fastcgi, s.root)?,
             compression,
+            internal: internal::Settings {
+                status: s.status.clone(),
+                model: s.model,
+                staged: s.staged,
+                io_pool_threads: s.io_pool_threads,
+            },
+            body_buffer: s.limits.body_buffer.usize(),
             apps: app::Apps::default(),
         })
     }
@@ -123,9 +165,9 @@ impl Site {
         reply: &mut Reply<'_>,
         w: &mut Worker<'_>,
     ) -> Answer {
-        let status = &w.config.status;
+        let status = &self.internal.status;
         if status.enabled && (req.path == status.path || req.path == status.metrics_path) {
-            internal::serve(req, ends.peer(), &self.compression, &self.fastcgi, reply, w);
+            internal::serve(req, ends.peer(), &self.internal, &self.compression, &self.fastcgi, reply, w);
             return Answer::Done;
         }
         if req.form == TargetForm::Asterisk || req.form == TargetForm::Authority {
@@ -160,7 +202,7 @@ impl Site {
                     rel: &w.path,
                     trailing_slash: norm.trailing_slash,
                     body: body.take(),
-                    window: w.config.limits.body_buffer.usize(),
+                    window: self.body_buffer,
                     peer: ends.peer(),
                     local: ends.local(),
                     doorbell: w.watcher.doorbell(),

@@ -16,13 +16,14 @@ use tern_http::{response, Method, Request};
 
 use crate::compress::cache::Entry;
 use crate::compress::{Choice, Compression, VARY};
-use crate::config::{Config, IoChoice, IoMethod, Level};
-use crate::error_log::log;
+use crate::error_log::{log, Level};
+use crate::limits::Limits;
 use crate::offload::{Task, Ticket};
 use crate::open_files::{Identity, OpenFile};
 use crate::reply::Reply;
-use crate::resolve::{Found, ResolveError, Root};
-use crate::static_io;
+use crate::resolve::{Found, ResolveError, Root, Symlinks};
+use crate::static_io::{self, IoChoice, IoMethod, StaticFiles};
+use crate::values::Origin;
 use crate::worker::Worker;
 
 const ALLOW: &[u8] = b"GET, HEAD, OPTIONS";
@@ -54,20 +55,20 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn new(config: &Config) -> Settings {
-        let st = &config.static_files;
+    /// `config_file`: [`running_config`]'s answer.
+    pub fn new(st: &StaticFiles, limits: &Limits, io_pool_threads: usize, config_file: Option<(u64, u64)>) -> Settings {
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         Settings {
-            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)) || config.io_pool_threads() > 0,
+            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)) || io_pool_threads > 0,
             charset: st.charset.clone(),
             mime_types: st
                 .mime_types
                 .iter()
                 .map(|(ext, ty)| (ext.trim_start_matches('.').to_ascii_lowercase(), ty.clone()))
                 .collect(),
-            max_ranges: config.limits.max_ranges,
+            max_ranges: limits.max_ranges,
             boundary: format!("tern-{:016x}", (seed as u64) ^ u64::from(std::process::id()).rotate_left(32)),
-            config_file: running_config(config),
+            config_file,
             excluded: st.exclude_extensions.iter().map(|e| e[1..].to_ascii_lowercase()).collect(),
         }
     }
@@ -207,11 +208,11 @@ fn extension(path: &[u8]) -> &[u8] {
 /// The running configuration file's identity, if a request could reach
 /// it: decided once at start, so a server whose configuration lies elsewhere
 /// pays nothing per request.
-fn running_config(config: &Config) -> Option<(u64, u64)> {
+pub fn running_config(origin: &Origin, root: &std::path::Path, symlinks: Symlinks) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    let file = std::fs::metadata(config.origin.path.as_ref()?).ok()?;
-    let root = std::fs::metadata(&config.server.root).ok()?;
-    let reachable = file.dev() == root.dev() || config.server.symlinks == crate::config::Symlinks::Any;
+    let file = std::fs::metadata(origin.path.as_ref()?).ok()?;
+    let root = std::fs::metadata(root).ok()?;
+    let reachable = file.dev() == root.dev() || symlinks == Symlinks::Any;
     reachable.then(|| (file.dev(), file.ino()))
 }
 

@@ -18,7 +18,7 @@ EXAMPLES:
     tern serve --config /etc/tern/tern.toml
     tern serve site/ --io mmap --access-log off
 
-Without --config every setting has a default (see README.md, \"Configuration\");
+Without --config every setting has a default (see docs/configuration.md);
 command-line options override the file.
 
 SIGNALS:

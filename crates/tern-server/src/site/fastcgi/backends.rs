@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use rustix::fs::FileType;
 
+use super::config::{FastCgi, FastCgiAddress};
 use super::pool::Pool;
-use crate::config::{Config, FastCgiAddress};
 use crate::open_files::OpenFileTable;
 use crate::resolve::{ResolveError, Root};
 
@@ -52,13 +52,14 @@ pub struct Route {
 }
 
 impl Settings {
-    pub fn new(config: &Config) -> io::Result<Settings> {
+    /// `root`: `server.root`, for a backend that names none.
+    pub fn new(config: &FastCgi, root: &std::path::Path) -> io::Result<Settings> {
         let mut backends = Vec::new();
         let mut links = 0;
-        for (name, b) in &config.fastcgi.backends {
+        for (name, b) in &config.backends {
             let root = match &b.root {
                 Some(r) => r.clone(),
-                None => std::fs::canonicalize(&config.server.root)?,
+                None => std::fs::canonicalize(root)?,
             };
             backends.push(Arc::new(Backend {
                 name: name.clone(),
@@ -150,7 +151,7 @@ impl Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Pattern;
+    use crate::site::fastcgi::config::Pattern;
 
     fn backend(pattern: &str) -> Backend {
         Backend {

@@ -4,6 +4,7 @@
 //! off a kept-alive link `reply.rs`.
 
 pub mod backends;
+pub mod config;
 pub mod exchange;
 pub mod pool;
 pub mod proto;

@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use crate::config::FastCgiAddress;
+use super::config::FastCgiAddress;
 use crate::sys;
 use crate::worker::Doorbell;
 

@@ -17,13 +17,15 @@
 //! crashed or failed after its head gets its response cut short and the
 //! connection closed, so the client can tell.
 
+pub mod config;
+
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -35,14 +37,15 @@ use tern_http::request::TargetForm;
 use tern_http::{Method, Request, Version};
 
 use crate::body::OutQueue;
-use crate::config::{Config, Level};
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::privileges;
 use crate::reply::{Framing, Params, Reply};
 use crate::resolve::{ResolveError, Root};
 use crate::spool::Spool;
 use crate::sys;
+use crate::values::Origin;
 use crate::worker::Wait;
+use config::Cgi;
 
 /// Bytes kept in front of a chunk being read for its size line
 /// (`0000ffff\r\n`).
@@ -95,10 +98,9 @@ pub struct Script {
 /// defaults (`/cgi-bin`, python3, perl, sh, php-cgi) may be absent: nothing
 /// is run from a missing directory, and a program whose default
 /// interpreter is missing is answered `500` alone.
-pub fn check(config: &Config, root: &Root) -> std::io::Result<()> {
-    let c = &config.cgi;
-    let defaults = crate::config::Cgi::default();
-    let fail = |key: &str, what: String| std::io::Error::other(format!("{}: {what}", config.at("cgi", key)));
+pub fn check(c: &Cgi, root: &Root, origin: &Origin) -> std::io::Result<()> {
+    let defaults = Cgi::default();
+    let fail = |key: &str, what: String| std::io::Error::other(format!("{}: {what}", origin.at("cgi", key)));
     for dir in c.directories.iter().filter(|d| !defaults.directories.contains(d)) {
         match root.probe(dir.trim_matches('/').as_bytes()) {
             Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Directory => {}
@@ -132,9 +134,9 @@ impl Settings {
         self.as_root_refused
     }
 
-    pub fn new(config: &Config) -> std::io::Result<Settings> {
-        let c = &config.cgi;
-        let root = std::fs::canonicalize(&config.server.root)?;
+    /// `root`: `server.root`.
+    pub fn new(c: &Cgi, root: &Path) -> std::io::Result<Settings> {
+        let root = std::fs::canonicalize(root)?;
         Ok(Settings {
             prefixes: c.directories.iter().map(|d| d.trim_matches('/').as_bytes().to_vec()).collect(),
             extensions: c.extensions.iter().map(|e| e.trim_start_matches('.').to_string()).collect(),
