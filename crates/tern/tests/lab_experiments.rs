@@ -337,6 +337,16 @@ fn e2_compares_tern_and_the_fastcgi_file_server_by_file_size() {
         assert!(first.contains("no method leads past the noise"), "{first}");
     }
     assert!(sentences(&dom).iter().any(|s| s.contains("the study found mmap faster at every size")), "{dom}");
+
+    // Each value links to its history on this host: the run's value there.
+    let cell = &dom[dom.find("<td class=\"num").unwrap()..];
+    let value: f64 = attr(&tags(cell, "td")[0], "data-value").unwrap().parse().unwrap();
+    let link = attr(&tags(cell, "a")[0], "href").unwrap().to_string();
+    assert!(link.starts_with("/chart?view=history&") && link.contains("&kind=e2&host="), "{link}");
+    let dash = Dashboard::start(&store);
+    let history = chromium(&format!("{}{link}", dash.base), None);
+    let rows: Vec<f64> = tags(&history, "tr").iter().filter_map(|t| attr(t, "data-value")?.parse().ok()).collect();
+    assert_eq!(rows, [value], "one run of e2 on this host: {history}");
 }
 
 #[test]
@@ -445,13 +455,15 @@ fn e3_finds_each_models_saturation_point_by_cgi_share_and_cpus() {
 }
 
 /// `tern lab report` holds each experiment's page, as the dashboard shows
-/// it, in one file that opens from a file:// URL with nothing fetched.
+/// it, in one file that opens from a file:// URL with nothing fetched; and
+/// runs of one experiment compare on one page, each run its own series.
 #[test]
 fn the_report_holds_every_experiment_it_is_given() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("lab.sqlite");
     let (_, e1) = run_with("e1", &store, &["--gateway", gateway()]);
     let (_, e5) = run("e5", &store);
+    let (_, again) = run_with("e1", &store, &["--gateway", gateway()]);
     let report = common::lab::artifacts().join("lab-report-experiments.html");
     let ids = [e1["id"].to_string(), e5["id"].to_string()];
     let out = tern(&["lab", "report", &ids[0], &ids[1], "-o", report.to_str().unwrap()], &store);
@@ -464,6 +476,20 @@ fn the_report_holds_every_experiment_it_is_given() {
     assert_eq!(kinds, ["e1", "e5"]);
     check_story(&dom, &[&e1, &e5]);
     assert!(sentences(&dom).len() >= 2, "each experiment's sentences");
+
+    // Two runs of E1 compared: each its own series on one chart, a
+    // sentence each.
+    let dash = Dashboard::start(&store);
+    let dom = chromium(&format!("{}/compare?run={}&run={}", dash.base, ids[0], again["id"]), None);
+    check_story(&dom, &[&e1, &again]);
+    let legend = texts(&dom, "text", "class=\"legend-label\"");
+    for id in [&ids[0], &again["id"].to_string()] {
+        assert!(
+            legend.iter().any(|l| l.starts_with("① stdio · #") && l.contains(&format!("#{id} "))),
+            "{id}: {legend:?}"
+        );
+        assert!(sentences(&dom).iter().any(|s| s.starts_with(&format!("#{id} "))), "{id}");
+    }
 }
 
 /// A `tern agent` on 127.0.0.1 with the token in `token`, stopped on drop.

@@ -530,15 +530,7 @@ fn chart_of(metric: &str, view: View, view_name: &str, points: &[Point], nav: bo
                 title: title.clone(),
                 x: XAxis::Numeric(Axis::new(axis.name(), x_scale, x_format)),
                 y: Axis::new(y_title, Scale::for_values(all().map(|p| p.1)), &sig3),
-                series: series
-                    .iter()
-                    .map(|s| Series {
-                        name: s.name.clone(),
-                        shape: Shape::Line,
-                        colour: None,
-                        marks: s.points.iter().map(|p| Mark::new(p.0, p.1, x_format(p.0), false)).collect(),
-                    })
-                    .collect(),
+                series: lines(&series, x_format),
                 size: svg::WIDE,
             };
             (svg::draw(&plot), axis.name(), rows)
@@ -601,6 +593,19 @@ fn chart_of(metric: &str, view: View, view_name: &str, points: &[Point], nav: bo
     Some(Chart { title, view: view_name.into(), metric: metric.into(), unit, x_name: x_name.into(), svg, rows })
 }
 
+/// The generic views' series as lines, each mark's x written by `x_label`.
+fn lines(series: &[views::Series], x_label: &dyn Fn(f64) -> String) -> Vec<Series> {
+    series
+        .iter()
+        .map(|s| Series {
+            name: s.name.clone(),
+            shape: Shape::Line,
+            colour: None,
+            marks: s.points.iter().map(|p| Mark::new(p.0, p.1, x_label(p.0), false)).collect(),
+        })
+        .collect()
+}
+
 /// The colour of a regression's square (the palette's vermillion).
 const REGRESSION: &str = svg::PALETTE[3];
 
@@ -623,19 +628,7 @@ fn spectrum_chart(runs: &[Run], nav: bool) -> Option<Chart> {
             Scale::for_values(series.iter().flat_map(|s| s.points.iter().map(|p| p.1))),
             &sig3,
         ),
-        series: series
-            .iter()
-            .map(|s| Series {
-                name: s.name.clone(),
-                shape: Shape::Line,
-                colour: None,
-                marks: s
-                    .points
-                    .iter()
-                    .map(|p| Mark::new(p.0, p.1, format!("p{}", sig3(100.0 * (1.0 - 10f64.powf(-p.0)))), false))
-                    .collect(),
-            })
-            .collect(),
+        series: lines(&series, &|x| format!("p{}", sig3(100.0 * (1.0 - 10f64.powf(-x))))),
         size: svg::WIDE,
     };
     let rows = series

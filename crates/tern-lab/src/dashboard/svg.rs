@@ -193,18 +193,28 @@ fn range(axis: &Axis, values: &[f64]) -> (f64, f64, Vec<f64>) {
     let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     match axis.scale {
+        // Given ticks (the sizes measured) bound the axis: no empty decade
+        // beyond them.
+        Scale::Log if axis.ticks.is_some() => {
+            let ticks = axis.ticks.clone().unwrap_or_default();
+            let all = || ticks.iter().chain(&finite).copied().filter(|v| *v > 0.0);
+            let lo = all().fold(f64::INFINITY, f64::min);
+            let hi = all().fold(f64::NEG_INFINITY, f64::max);
+            if lo < hi {
+                (lo, hi, ticks)
+            } else {
+                (lo / 2.0, lo * 2.0, ticks)
+            }
+        }
         Scale::Log => {
             let positive = finite.iter().copied().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min);
             let (lo, hi) = if positive.is_finite() { (positive, hi.max(positive)) } else { (1.0, 10.0) };
             let (a, b) = (lo.log10().floor() as i32, (hi.log10().ceil() as i32).max(lo.log10().floor() as i32 + 1));
-            let ticks = axis.ticks.clone().unwrap_or_else(|| {
-                let decades = b - a;
-                let between: &[f64] = if decades <= 2 { &[1.0, 2.0, 5.0] } else { &[1.0] };
-                (a..=b)
-                    .flat_map(|k| between.iter().map(move |m| m * 10f64.powi(k)))
-                    .filter(|t| (10f64.powi(a)..=10f64.powi(b) * 1.0001).contains(t))
-                    .collect()
-            });
+            let between: &[f64] = if b - a <= 2 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+            let ticks = (a..=b)
+                .flat_map(|k| between.iter().map(move |m| m * 10f64.powi(k)))
+                .filter(|t| (10f64.powi(a)..=10f64.powi(b) * 1.0001).contains(t))
+                .collect();
             (10f64.powi(a), 10f64.powi(b), ticks)
         }
         Scale::Linear => {

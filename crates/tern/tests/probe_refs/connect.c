@@ -6,15 +6,10 @@
  * "process" (default: the listener in a forked child, as lat_connect has
  * it) or "thread" (an accepting thread, as tern's loopback peer is).
  * Usage: connect [N [ROUNDS [PEER]]] */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <pthread.h>
 #include <signal.h>
-#include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
+#include "peer.h"
 #include "rounds.h"
 
 static int lst;
@@ -33,28 +28,14 @@ static void *acceptor(void *arg) {
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 200;
     int rounds = argc > 2 ? atoi(argv[2]) : 11;
-    const char *peer = argc > 3 ? argv[3] : "process";
-    int threaded = strcmp(peer, "thread") == 0;
-    if (n < 1 || rounds < 1 || (!threaded && strcmp(peer, "process") != 0))
+    const char *kind = argc > 3 ? argv[3] : "process";
+    if (n < 1 || rounds < 1)
         return 2;
     double *per = calloc(rounds, sizeof *per);
-    lst = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof addr;
-    if (bind(lst, (struct sockaddr *)&addr, sizeof addr) || listen(lst, SOMAXCONN) ||
-        getsockname(lst, (struct sockaddr *)&addr, &alen)) {
-        perror("listen");
+    struct sockaddr_in addr;
+    struct peer peer;
+    if ((lst = peer_listen(&addr, SOMAXCONN)) < 0 || peer_start(&peer, kind, acceptor))
         return 1;
-    }
-    pid_t child = -1;
-    pthread_t thread;
-    if (threaded) {
-        if (pthread_create(&thread, NULL, acceptor, NULL))
-            return 1;
-    } else if ((child = fork()) == 0) {
-        acceptor(NULL);
-        _exit(0);
-    }
     for (int round = 0; round < rounds; round++) {
         double t0 = now();
         for (long i = 0; i < n; i++) {
@@ -67,12 +48,12 @@ int main(int argc, char **argv) {
         }
         per[round] = (now() - t0) / n;
     }
-    if (threaded) {
+    if (peer.threaded) {
         shutdown(lst, SHUT_RDWR);
-        pthread_join(thread, NULL);
+        pthread_join(peer.thread, NULL);
     } else {
-        kill(child, SIGTERM);
-        waitpid(child, NULL, 0);
+        kill(peer.child, SIGTERM);
+        waitpid(peer.child, NULL, 0);
     }
     print_best_median(per, rounds, "%.0f %.0f\n");
     return 0;

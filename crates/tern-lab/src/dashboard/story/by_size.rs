@@ -5,8 +5,8 @@
 use crate::probe::figure::Better;
 use crate::store::Measurement;
 
-use super::super::svg::{bytes, sig3, Axis, Mark, Scale, Series, Shape};
-use super::page::Cell;
+use super::super::svg::{self, bytes, sig3, Axis, Mark, Plot, Scale, Series, Shape, XAxis};
+use super::page::{Cell, Figure, Table};
 use super::reading::{Ctx, Values};
 
 /// The sizes `metric` was measured at in any of the runs, in order.
@@ -78,21 +78,48 @@ pub(super) fn plain(_: &Values, m: &Measurement) -> String {
     sig3(m.value)
 }
 
-/// A table's head: the row names' column, then `columns`.
-pub(super) fn head(rows: &str, columns: Vec<String>) -> Vec<String> {
-    let mut head = vec![rows.to_string()];
-    head.extend(columns);
-    head
+/// What a figure by size says: its id and titles, what its table's rows
+/// are, its axes, its note.
+pub(super) struct Look<'a> {
+    pub(super) id: &'a str,
+    pub(super) title: &'a str,
+    pub(super) chart: &'a str,
+    /// What the table's rows are ("discipline").
+    pub(super) rows: &'a str,
+    /// The x axis of bars (groups, one per size); lines stand against the
+    /// file size on a log scale.
+    pub(super) x: &'a str,
+    pub(super) y: &'a str,
+    pub(super) note: &'a str,
 }
 
-/// A logarithmic file-size axis with a tick at each size measured.
-pub(super) fn size_axis<'a>(sizes: &[u64], format: &'a dyn Fn(f64) -> String) -> Axis<'a> {
-    let mut x = Axis::new("file size (log scale)", Scale::Log, format);
-    x.ticks = Some(sizes.iter().map(|s| *s as f64).collect());
-    x
-}
-
-/// Every value a figure's series draw.
-pub(super) fn drawn(series: &[Series]) -> Vec<f64> {
-    series.iter().flat_map(|s| s.marks.iter().map(|m| m.y)).collect()
+impl BySize {
+    /// The figure: the chart (bars in groups, or lines against the size,
+    /// a tick at each size measured) and the table.
+    pub(super) fn figure(self, look: &Look) -> Figure {
+        let x = if self.series.iter().any(|s| s.shape == Shape::Bar) {
+            XAxis::Groups(self.labels.clone(), look.x.into())
+        } else {
+            let mut x = Axis::new("file size (log scale)", Scale::Log, &bytes);
+            x.ticks = Some(self.sizes.iter().map(|s| *s as f64).collect());
+            XAxis::Numeric(x)
+        };
+        let drawn = self.series.iter().flat_map(|s| s.marks.iter().map(|m| m.y));
+        let plot = Plot {
+            title: look.chart.into(),
+            y: Axis::new(look.y, Scale::for_values(drawn), &sig3),
+            x,
+            series: self.series,
+            size: svg::WIDE,
+        };
+        let mut head = vec![look.rows.to_string()];
+        head.extend(self.labels);
+        Figure {
+            id: look.id.into(),
+            title: look.title.into(),
+            charts: vec![svg::draw(&plot)],
+            table: Table { head, rows: self.rows },
+            note: look.note.into(),
+        }
+    }
 }

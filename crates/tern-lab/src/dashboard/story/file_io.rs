@@ -10,9 +10,9 @@
 use crate::probe::figure::Better;
 use crate::store::Run;
 
-use super::super::svg::{self, bytes, sig3, Axis, Plot, Scale, Shape, XAxis};
-use super::by_size::{best_at_size, by_size, drawn, head, plain, size_axis};
-use super::page::{Figure, Finding, Story, Table};
+use super::super::svg::{bytes, sig3, Shape};
+use super::by_size::{best_at_size, by_size, plain, Look};
+use super::page::{Figure, Finding, Story};
 use super::reading::{lead, Ctx, Spread, Values};
 use super::words::listed;
 
@@ -142,42 +142,29 @@ fn gap_words(run: &Run) -> (String, String, Option<bool>) {
 }
 
 fn rate_figure(ctx: &Ctx) -> Figure {
-    let b = by_size(ctx, RPS, Shape::Line, &best_at_size, &plain);
-    let plot = Plot {
-        title: "Requests/s by file size".into(),
-        x: XAxis::Numeric(size_axis(&b.sizes, &bytes)),
-        y: Axis::new("requests/s", Scale::for_values(drawn(&b.series)), &sig3),
-        series: b.series,
-        size: svg::WIDE,
-    };
-    Figure {
-        id: "rate".into(),
-        title: "Requests/s against file size, per server and I/O method (higher is better)".into(),
-        charts: vec![svg::draw(&plot)],
-        table: Table { head: head("server and method", b.labels), rows: b.rows },
+    by_size(ctx, RPS, Shape::Line, &best_at_size, &plain).figure(&Look {
+        id: "rate",
+        title: "Requests/s against file size, per server and I/O method (higher is better)",
+        chart: "Requests/s by file size",
+        rows: "server and method",
+        x: "file size",
+        y: "requests/s",
         note: "Each cell: requests/s of the median of several runs of a fixed number of requests over 4 \
                connections; ★ the most at its size. tern sends the file itself (read, mmap, sendfile); fcgi-files \
-               is the C FastCGI file server behind tern, answering from a mapping (mmap) or with pread (read)."
-            .into(),
-    }
+               is the C FastCGI file server behind tern, answering from a mapping (mmap) or with pread (read).",
+    })
 }
 
 fn ratio_figure(ctx: &Ctx) -> Figure {
-    let b = by_size(ctx, RATIO, Shape::Line, &|_, _| false, &plain);
-    let plot = Plot {
-        title: "mmap/read by file size".into(),
-        x: XAxis::Numeric(size_axis(&b.sizes, &bytes)),
-        y: Axis::new("mmap/read requests/s (above 1: mmap ahead)", Scale::Linear, &sig3),
-        series: b.series,
-        size: svg::WIDE,
-    };
-    Figure {
-        id: "ratio".into(),
-        title: "mmap against read per server, by file size".into(),
-        charts: vec![svg::draw(&plot)],
-        table: Table { head: head("server", b.labels), rows: b.rows },
-        note: "The study: the mmap file server faster at every size, the gap growing with size.".into(),
-    }
+    by_size(ctx, RATIO, Shape::Line, &|_, _| false, &plain).figure(&Look {
+        id: "ratio",
+        title: "mmap against read per server, by file size",
+        chart: "mmap/read by file size",
+        rows: "server",
+        x: "file size",
+        y: "mmap/read requests/s (above 1: mmap ahead)",
+        note: "The study: the mmap file server faster at every size, the gap growing with size.",
+    })
 }
 
 #[cfg(test)]
