@@ -290,8 +290,8 @@ fn e2_compares_tern_and_the_fastcgi_file_server_by_file_size() {
         for size in [1024, 65_536, 1_048_576] {
             let median = of("requests_per_s", method, size);
             assert!(median > 0.0, "{method} served {size}");
-            let (min, max) = (of("requests_per_s_min", method, size), of("requests_per_s_max", method, size));
-            assert!(min <= median && median <= max, "{method} {size}: the median run within the runs' range");
+            let (q1, q3) = (of("requests_per_s_q1", method, size), of("requests_per_s_q3", method, size));
+            assert!(q1 <= median && median <= q3, "{method} {size}: the median run within the runs' quartiles");
         }
     }
     let ratios = values(&run, "mmap_read_ratio");

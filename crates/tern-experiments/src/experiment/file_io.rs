@@ -4,8 +4,8 @@
 //! tern (a `[fastcgi.backends]` entry, a pool of 4 kept-alive connections),
 //! with the mmap/read ratio per size for both. As `bench/fastcgi.sh e2`:
 //! a fixed number of requests per workload, several runs, the median run
-//! kept, with the runs' lowest and highest requests/s beside it (the
-//! noise the dashboard judges a lead against). tern's own three methods
+//! kept, with the quartiles of the runs' requests/s beside it (the noise
+//! the dashboard judges a lead against). tern's own three methods
 //! were E1 once; they are measured here, beside the study's server.
 
 use std::collections::HashMap;
@@ -150,9 +150,9 @@ pub(super) fn e2(
             let median = &reports[runs / 2];
             let mut ms = record::load_measurements(median, &label(s), env);
             ms.retain(|m| ["requests_per_s", "transfer_per_s", "latency_p99"].contains(&m.metric.as_str()));
-            // The runs' range, beside the median's requests/s.
+            // The runs' quartiles, beside the median's requests/s.
             let of_median = ms[0].clone();
-            for (suffix, report) in [("_min", &reports[0]), ("_max", &reports[runs - 1])] {
+            for (suffix, report) in [("_q1", &reports[runs / 4]), ("_q3", &reports[3 * runs / 4])] {
                 let metric = format!("requests_per_s{suffix}");
                 ms.push(Measurement { metric, value: report.requests_per_s, ..of_median.clone() });
             }

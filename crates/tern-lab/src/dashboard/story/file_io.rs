@@ -4,7 +4,7 @@
 //! published "mmap faster at every size, the gap growing with size".
 //!
 //! Measurements: `requests_per_s` of `tern read, 64 KiB` (size = file; the
-//! median run, with the runs' range as `_min` and `_max`) and
+//! median run, with the runs' quartiles as `_q1` and `_q3`) and
 //! `mmap_read_ratio` of `fcgi-files, 64 KiB`.
 
 use crate::probe::figure::Better;
@@ -44,7 +44,7 @@ pub(super) fn story(ctx: &Ctx) -> Story {
 }
 
 fn spread(v: &Values, subject: &str) -> Option<Spread> {
-    v.spread(RPS, subject, "_min", "_max")
+    v.spread(RPS, subject, "_q1", "_q3")
 }
 
 /// Who served the most requests/s at how many sizes.
@@ -172,14 +172,14 @@ mod tests {
     use super::super::reading::tests::run;
     use super::*;
 
-    /// (subject, size, median, min, max) of requests/s, and the ratios.
+    /// (subject, size, median, q1, q3) of requests/s, and the ratios.
     fn stored(rates: &[(&str, u64, f64, f64, f64)]) -> Run {
         let mut ms: Vec<(String, &str, f64, &str, Option<u64>)> = Vec::new();
-        for &(subject, size, median, min, max) in rates {
+        for &(subject, size, median, q1, q3) in rates {
             let s = format!("{subject}, {}", bytes(size as f64));
             ms.push((s.clone(), RPS, median, "req/s", Some(size)));
-            ms.push((s.clone(), "requests_per_s_min", min, "req/s", Some(size)));
-            ms.push((s, "requests_per_s_max", max, "req/s", Some(size)));
+            ms.push((s.clone(), "requests_per_s_q1", q1, "req/s", Some(size)));
+            ms.push((s, "requests_per_s_q3", q3, "req/s", Some(size)));
         }
         for &size in &[1024u64, 1 << 20] {
             let of = |m: &str| rates.iter().find(|r| r.0 == format!("{FCGI} {m}") && r.1 == size).map(|r| r.2);
