@@ -27,6 +27,8 @@ pub(super) fn e5(quick: bool, agents: &[Remote]) -> anyhow::Result<Probed> {
         opts = opts.quick();
     }
     let mut reports = vec![remote::run(Suite::ALL, &opts)?];
+    // The references right after this host's suites, on its CPU.
+    let references = references::run(&reports[0], quick);
     let mut failures = Vec::new();
     for agent in agents {
         match remote::run_on(agent, Suite::ALL, &opts) {
@@ -47,11 +49,10 @@ pub(super) fn e5(quick: bool, agents: &[Remote]) -> anyhow::Result<Probed> {
             table.0.push(row);
         }
     }
-    // The references, run right after this host's suites, on its CPU.
     let mut measurements = record::probe_measurements(&reports[0]);
     let mut notes = Vec::new();
     let mut tools = serde_json::Map::new();
-    for r in references::run(&reports[0], quick) {
+    for r in references {
         let Some(ours) = measurements.iter().find(|m| m.subject == r.subject && m.metric == "value") else { continue };
         let reference = Measurement { metric: "reference".into(), value: r.value, ..ours.clone() };
         notes.push(format!("reference: {} {} {} by {}", r.subject, num(r.value), ours.unit, r.tool));

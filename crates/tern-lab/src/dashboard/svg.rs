@@ -251,7 +251,18 @@ pub fn draw(plot: &Plot) -> String {
     } else {
         0.0
     };
-    let (left, right, top, bottom) = (74.0, width - 14.0 - legend_width, 34.0, height - 62.0);
+    // Group names too long to stand side by side are written slanted,
+    // below a plot shortened to make room for them.
+    let slant = match &plot.x {
+        XAxis::Groups(names, _) => {
+            let room = (width - 88.0 - legend_width) * 0.9;
+            let longest = names.iter().map(|n| n.chars().count()).max().unwrap_or(0) as f64;
+            (names.iter().map(|n| n.chars().count()).sum::<usize>() as f64 * 6.6 > room).then_some(longest * 4.4)
+        }
+        XAxis::Numeric(_) => None,
+    };
+    let (left, right, top) = (74.0, width - 14.0 - legend_width, 34.0);
+    let bottom = height - 62.0 - slant.unwrap_or(0.0).min(height * 0.3);
     let ys: Vec<f64> = plot.series.iter().flat_map(|s| s.marks.iter().map(|m| m.y)).collect();
     let (y_lo, y_hi, y_ticks) = range(&plot.y, &ys);
     let y = Mapping { scale: plot.y.scale, lo: y_lo, hi: y_hi, from: bottom, to: top };
@@ -326,11 +337,15 @@ pub fn draw(plot: &Plot) -> String {
             let n = names.len().max(1) as f64;
             let width = (right - left) / n;
             // Long names take turns on two rows.
-            let crowded = names.iter().map(|s| s.chars().count()).sum::<usize>() as f64 * 6.6 > (right - left) * 0.9;
             for (i, name) in names.iter().enumerate() {
                 let px = left + width * (i as f64 + 0.5);
-                let row = if crowded && i % 2 == 1 { 14.0 } else { 0.0 };
-                text(&mut out, px, bottom + 19.0 + row, "middle", "tick", " data-axis=\"x\"", name);
+                match slant {
+                    Some(_) => {
+                        let at = format!(" data-axis=\"x\" transform=\"rotate(-35 {px:.1} {:.1})\"", bottom + 14.0);
+                        text(&mut out, px, bottom + 14.0, "end", "tick", &at, name);
+                    }
+                    None => text(&mut out, px, bottom + 19.0, "middle", "tick", " data-axis=\"x\"", name),
+                }
             }
             Box::new(move |v| left + width * (v + 0.5))
         }
@@ -504,5 +519,22 @@ mod tests {
         assert!(svg.contains("data-value=\"247.5\" data-best=\"true\""), "{svg}");
         assert_eq!(svg.matches("class=\"best\"").count(), 1, "one star, no legend for one series of bars");
         assert!(svg.contains(">CPU (µs)</text>") && svg.contains(">buffer</text>"), "{svg}");
+        assert!(!svg.contains("rotate(-35"), "two short names stand level");
+    }
+
+    #[test]
+    fn names_too_long_to_stand_side_by_side_are_slanted() {
+        let names: Vec<String> = (0..24).map(|i| format!("#{i} event, 1 CPU, CGI {} %", i * 4)).collect();
+        let marks =
+            names.iter().enumerate().map(|(i, n)| Mark::new(i as f64, 1000.0 * (i + 1) as f64, n.as_str(), false));
+        let f = |v: f64| sig3(v);
+        let plot = Plot {
+            title: "t".into(),
+            x: XAxis::Groups(names.clone(), "run".into()),
+            y: Axis::new("req/s", Scale::Linear, &f),
+            series: vec![Series { name: "capacity".into(), shape: Shape::Bar, colour: None, marks: marks.collect() }],
+            size: WIDE,
+        };
+        assert_eq!(draw(&plot).matches("rotate(-35").count(), 24);
     }
 }
