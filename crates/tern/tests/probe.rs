@@ -216,6 +216,26 @@ fn tcp_round_trip_agrees_with_a_c_ping_pong() {
     });
 }
 
+/// TCP connect+close against lmbench lat_connect's method in C compiled
+/// here (a blocking connect and a close; the listener, a thread as tern's
+/// is, accepts and closes), on the same CPU, best against best. The figure
+/// once read milliseconds: its connects overflowed a listener that started
+/// a thread per connection, and each dropped SYN came back a second later.
+/// Tolerance ±40%: every other test's TIME_WAIT sockets lengthen both
+/// sides' search for a port.
+#[test]
+fn tcp_connect_agrees_with_a_c_loop() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let c_loop = compile(dir.path(), "connect");
+    agrees(0.6..=1.4, || {
+        let r = tern_probe(&["net", "--json", "--samples", "7", "--interval", "2ms"]);
+        let cpu = r["pinned_cpu"].as_u64().unwrap().to_string();
+        let ours = figure(&r, "net", "TCP connect+close")["corrected_ns"]["min"].as_f64().unwrap();
+        (ours, best_of(Command::new("taskset").args(["-c", &cpu]).arg(&c_loop).args(["100", "7", "thread"])))
+    });
+}
+
 /// A command's time against hyperfine (installed by scripts/test.sh), which
 /// also subtracts the shell's start: median against median, both on the same
 /// CPU. The command execs a dynamic program that sleeps 5 ms, so start-up

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 pub mod chromium;
+pub mod lab;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
