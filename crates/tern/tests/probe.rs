@@ -16,20 +16,25 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Runs a comparison with a reference up to three times and passes when one
-/// attempt agrees: a burst of outside load on a shared machine can hit one
-/// side of one attempt, while a systematic error fails all three. Returns
-/// the ratios seen, for the failure message.
+/// attempt agrees, or when the best figures of each side over the attempts
+/// agree: a burst of outside load on a shared machine can hit one side of one
+/// attempt (or, on two CPUs, land a wake-up across CPUs on one side and not
+/// the other), while a systematic error fails all three either way. The
+/// failure message lists the ratios seen.
 fn agrees(range: std::ops::RangeInclusive<f64>, mut attempt: impl FnMut() -> (f64, f64)) {
     let mut seen = Vec::new();
+    let (mut best_ours, mut best_reference) = (f64::INFINITY, f64::INFINITY);
     for _ in 0..3 {
         let (ours, reference) = attempt();
         let ratio = ours / reference;
         if range.contains(&ratio) {
             return;
         }
+        (best_ours, best_reference) = (best_ours.min(ours), best_reference.min(reference));
         seen.push(format!("tern {ours:.1} vs reference {reference:.1} (ratio {ratio:.2})"));
     }
-    panic!("no attempt within {range:?}: {}", seen.join("; "));
+    let best = best_ours / best_reference;
+    assert!(range.contains(&best), "no attempt within {range:?}, nor the bests ({best:.2}): {}", seen.join("; "));
 }
 
 fn tern_probe(args: &[&str]) -> Value {
