@@ -397,6 +397,7 @@ impl Server {
         let _ = self.shared.successor.set(successor.doors.clone());
         let limit = self.config.server.reload_drain_timeout.0;
         end(&self.shared, &self.wakers, Ending::Reload, (!limit.is_zero()).then_some(limit));
+        self.shared.site.pools.retire();
         let shared = Arc::downgrade(&self.shared);
         let (strong, workers) = (self.shared, self.workers);
         let pinned = sys::Pinned::new(&self.config.server.cpus);

@@ -670,3 +670,33 @@ fn a_tcp_backend() {
     assert_eq!(v["fastcgi"]["backends"]["tcp"]["connects"], 1, "{v}");
     assert_eq!(v["fastcgi"]["backends"]["zdown"]["502"], 1, "{v}");
 }
+
+/// A reload while the replaced server lingers for a slow download: each of
+/// its idle kept-alive connections holds a php-fpm child (a child serves one
+/// connection at a time), so with the pool as large as php-fpm's children
+/// the new server's PHP requests waited, unanswered, for as long as the old
+/// server lived (found by `bench/soak.sh`). A replaced server closes them.
+#[test]
+fn a_reload_frees_the_php_children_the_replaced_server_kept() {
+    let s = setup(2, "", "max_connections = 2\nread_timeout = \"4s\"");
+    let failures = hammer(s.tern.addr, "/hello.php", 4, 200);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(s.fpm.connections(), 2, "both pooled connections kept alive");
+    // A download its client does not read keeps the replaced server alive.
+    std::fs::write(s.site.root.join("huge.bin"), vec![b'h'; 32 << 20]).unwrap();
+    let mut slow = TcpStream::connect(s.tern.addr).unwrap();
+    slow.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe { libc::kill(s.tern.pid(), libc::SIGHUP) };
+    let start = Instant::now();
+    while !s.tern.stderr.lock().unwrap().contains("configuration reloaded") {
+        assert!(start.elapsed() < Duration::from_secs(10), "no reload");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..3 {
+        let start = Instant::now();
+        let r = get(s.tern.addr, "/hello.php", "");
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "after {:?}", start.elapsed());
+    }
+    drop(slow);
+}

@@ -61,6 +61,13 @@ impl Pools {
         self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
     }
 
+    /// The server was replaced: see [`Pool::retire`].
+    pub fn retire(&self) {
+        for (_, pool) in &self.pools {
+            pool.retire();
+        }
+    }
+
     fn get(&mut self, key: String, address: &FastCgiAddress, cap: usize) -> Arc<Pool> {
         if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
             return pool.clone();

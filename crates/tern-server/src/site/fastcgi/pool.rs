@@ -143,6 +143,9 @@ struct State {
     /// How many times the first waiting request was passed over for a
     /// later one of the reactor that freed a connection.
     passed: usize,
+    /// The pool's server was replaced ([`Pool::retire`]): no connection
+    /// is kept idle any more.
+    retired: bool,
 }
 
 /// How far down the queue a freed connection looks for a request of its
@@ -229,6 +232,10 @@ impl Pool {
     pub fn give_back(&self, link: Link) -> Option<Link> {
         let mut s = self.state();
         let pick = match (&link.home, s.waiting.front()) {
+            (_, None) if s.retired => {
+                close(&mut s, link);
+                return None;
+            }
             (_, None) => {
                 s.idle.push(link);
                 return None;
@@ -265,7 +272,22 @@ impl Pool {
         let mut s = self.state();
         match s.pop_front() {
             Some(t) => hand(&t, Grant::Idle(link)),
+            None if s.retired => close(&mut s, link),
             None => s.idle.push(link),
+        }
+    }
+
+    /// The pool's server was replaced (a reload) and lingers for its
+    /// slowest clients: its idle connections are closed, and each one its
+    /// last requests give back is closed unless one of them waits for it.
+    /// A kept-alive connection holds one of the backend's workers (a
+    /// php-fpm child serves one connection at a time), which the new
+    /// server's pool would otherwise wait for, unanswered, for as long.
+    pub fn retire(&self) {
+        let mut s = self.state();
+        s.retired = true;
+        for link in std::mem::take(&mut s.idle) {
+            close(&mut s, link);
         }
     }
 
@@ -331,6 +353,16 @@ impl Pool {
 /// Gives `grant` to a waiting request (taken off the queue) and wakes its
 /// worker. Called under the pool's lock, so a request that gives up
 /// ([`Pool::cancel`]) either is still queued or finds the grant.
+/// Closes a connection nobody waits for, taking it out of the epoll set
+/// of the reactor that still watches it (as [`Pool::checkout`] does for
+/// one another worker takes), and frees its place.
+fn close(s: &mut State, link: Link) {
+    if let Some(home) = &link.home {
+        home.forget(link.fd.as_fd());
+    }
+    s.free.push(link.id);
+}
+
 fn hand(t: &Ticket, grant: Grant) {
     let mut slot = t.grant.lock().unwrap_or_else(|e| e.into_inner());
     *slot = Some(grant);
