@@ -4,11 +4,19 @@
 //! Each worker formats lines into its own buffer and writes it with one
 //! `write(2)` when it fills or once a second; the file is opened `O_APPEND`,
 //! so whole buffers from different workers never interleave within a line.
+//!
+//! A write that fails (the log's disk full: `ENOSPC`) does not stop
+//! serving: the lines it held are dropped and counted ([`lines_lost`], on
+//! the status pages), the error is logged once per outage, and the next
+//! write that succeeds says how many were lost. A line cut by a short write
+//! keeps its rest in the buffer, so the file never holds half a line glued
+//! to the next one.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::IpAddr;
 use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -84,12 +92,26 @@ impl AccessTarget {
     }
 }
 
+/// Access-log lines dropped because their write failed, since the process
+/// started: process-wide, so a reload (new workers, new counters) does not
+/// forget an outage.
+static LINES_LOST: AtomicU64 = AtomicU64::new(0);
+
+/// Access-log lines dropped because their write failed, since the process
+/// started (every log file together).
+pub fn lines_lost() -> u64 {
+    LINES_LOST.load(Relaxed)
+}
+
 /// One worker's buffer.
 pub struct AccessLog {
     target: Option<Arc<File>>,
     format: AccessFormat,
     buf: Vec<u8>,
     capacity: usize,
+    /// Lines this buffer dropped since its writes began failing; `None`
+    /// while they succeed.
+    outage: Option<u64>,
 }
 
 /// The fields of one line.
@@ -112,7 +134,7 @@ pub struct Entry<'a> {
 impl AccessLog {
     pub fn new(target: &AccessTarget, capacity: usize) -> AccessLog {
         let capacity = capacity.max(1);
-        AccessLog { target: target.0.clone(), format: target.1, buf: Vec::new(), capacity }
+        AccessLog { target: target.0.clone(), format: target.1, buf: Vec::new(), capacity, outage: None }
     }
 
     pub fn enabled(&self) -> bool {
@@ -177,14 +199,46 @@ impl AccessLog {
         b.push(b'\n');
     }
 
-    /// Writes out whatever is buffered.
+    /// Writes out whatever is buffered; when the write fails, drops the
+    /// whole lines it held (counted in [`lines_lost`]) and keeps the rest of
+    /// a line a short write cut, to be finished first next time.
     pub fn flush(&mut self) {
-        if let (Some(file), false) = (&self.target, self.buf.is_empty()) {
-            if let Err(err) = (&**file).write_all(&self.buf) {
-                crate::error_log::log!(crate::error_log::Level::Error, "access log write failed: {err}");
-            }
-            self.buf.clear();
+        let Some(file) = &self.target else { return };
+        if self.buf.is_empty() {
+            return;
         }
+        let mut written = 0;
+        let failure = loop {
+            match (&**file).write(&self.buf[written..]) {
+                Ok(0) => break Some(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) if written + n == self.buf.len() => break None,
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Some(e),
+            }
+        };
+        let Some(err) = failure else {
+            self.buf.clear();
+            if let Some(lost) = self.outage.take() {
+                crate::error_log::log!(Level::Warn, "access log written again; {lost} lines were lost");
+            }
+            return;
+        };
+        let cut = match written.checked_sub(1).map(|i| self.buf[i]) {
+            None | Some(b'\n') => written,
+            Some(_) => self.buf[written..].iter().position(|&b| b == b'\n').map_or(self.buf.len(), |i| written + i + 1),
+        };
+        let lost = self.buf[cut..].iter().filter(|&&b| b == b'\n').count() as u64;
+        LINES_LOST.fetch_add(lost, Relaxed);
+        if self.outage.is_none() {
+            crate::error_log::log!(
+                Level::Error,
+                "access log write failed: {err}; lines are dropped and counted until a write succeeds"
+            );
+        }
+        *self.outage.get_or_insert(0) += lost;
+        self.buf.truncate(cut);
+        self.buf.drain(..written);
     }
 }
 

@@ -105,6 +105,11 @@ pub struct WorkerStats {
     pub tls_versions: [Counter; 2],
     /// TLS connections open in this worker (gauge).
     pub tls_active: Counter,
+    /// Milliseconds from the server's start to this worker's last
+    /// once-a-second turn (`Worker::settle`), plus one (0: it never made
+    /// one; a connection thread of the per-request engine never does): the
+    /// watchdog's stamp, old when the worker is stuck.
+    pub ticked_ms: Counter,
     /// Opens (open-file table misses) done by the I/O pool.
     pub offloaded_opens: Counter,
     /// File regions not in the page cache read by the I/O pool.

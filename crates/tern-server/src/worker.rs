@@ -341,8 +341,11 @@ impl<'s> Worker<'s> {
     /// once a burst has ended, the buffers it took are freed and the
     /// allocator's free memory returned to the system (else the resident
     /// size stays at the burst's peak). True when memory was given back, so
-    /// the engine can shrink its own tables too.
+    /// the engine can shrink its own tables too. It also stamps the
+    /// watchdog's tick (`WorkerStats::ticked_ms`): every engine's worker
+    /// calls it once a second, however busy.
     pub fn settle(&mut self, open: usize) -> bool {
+        self.stats.ticked_ms.set(self.now.saturating_duration_since(self.server.started).as_millis() as u64 + 1);
         if !self.settling.give_back(open) {
             return false;
         }

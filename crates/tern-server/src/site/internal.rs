@@ -9,6 +9,7 @@ use serde::Deserialize;
 use tern_http::{Method, Request};
 
 use super::fastcgi::backends::Pools;
+use crate::access_log;
 use crate::compress::config::WhenFull;
 use crate::compress::Compression;
 use crate::metrics::{Ending, ServerStats, SiteCounters, StageStats, Totals};
@@ -101,6 +102,7 @@ pub fn serve(
     w.stats.open_files.set(w.files.len() as u64);
     let t = Totals::sum(&server.workers);
     let uptime = w.now.saturating_duration_since(server.started).as_secs();
+    let tick_ages = tick_ages(server, w);
     if req.path == status.path {
         let body = serde_json::json!({
             "server": "tern",
@@ -124,6 +126,8 @@ pub fn serve(
                 "1xx": t.status[0], "2xx": t.status[1], "3xx": t.status[2], "4xx": t.status[3], "5xx": t.status[4],
             },
             "bytes_sent": t.bytes_sent,
+            "access_log": { "lines_lost": access_log::lines_lost() },
+            "watchdog": { "tick_age_ms": tick_ages },
             "cgi": {
                 "running": server.cgi_running.load(Relaxed),
                 "started": t.cgi_started,
@@ -168,6 +172,7 @@ pub fn serve(
         return;
     }
     let mut text = prometheus(&t, uptime, server.worker_threads, server.cgi_running.load(Relaxed) as u64);
+    watchdog_prometheus(&mut text, &tick_ages);
     compression_prometheus(&mut text, compression, &t);
     fastcgi_prometheus(&mut text, pools);
     sites_prometheus(&mut text, config, server);
@@ -455,6 +460,25 @@ fn compression_prometheus(s: &mut String, c: &Compression, t: &Totals) {
     );
 }
 
+/// Milliseconds since each thread that makes a once-a-second turn (event
+/// worker, pool or staged front, per-request acceptor) last made it: a
+/// watchdog sees a stuck one's grow.
+fn tick_ages(server: &ServerStats, w: &Worker<'_>) -> Vec<u64> {
+    let now = w.now.saturating_duration_since(server.started).as_millis() as u64 + 1;
+    server.workers.iter().map(|b| b.ticked_ms.get()).filter(|&t| t > 0).map(|t| now.saturating_sub(t)).collect()
+}
+
+fn watchdog_prometheus(s: &mut String, ages: &[u64]) {
+    let _ = writeln!(
+        s,
+        "# HELP tern_worker_tick_age_milliseconds Since the worker's last once-a-second turn.\n\
+         # TYPE tern_worker_tick_age_milliseconds gauge"
+    );
+    for (i, age) in ages.iter().enumerate() {
+        let _ = writeln!(s, "tern_worker_tick_age_milliseconds{{worker=\"{i}\"}} {age}");
+    }
+}
+
 fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> String {
     let mut s = String::with_capacity(2048);
     let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, u64)]| {
@@ -487,6 +511,12 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
         &[("", t.fast_readers_slowed)],
     );
     metric("requests_total", "counter", "Requests answered.", &[("", t.requests)]);
+    metric(
+        "access_log_lines_lost_total",
+        "counter",
+        "Access-log lines dropped because their write failed (a full disk), since the process started.",
+        &[("", access_log::lines_lost())],
+    );
     let classes = ["{class=\"1xx\"}", "{class=\"2xx\"}", "{class=\"3xx\"}", "{class=\"4xx\"}", "{class=\"5xx\"}"];
     let by_class: Vec<(&str, u64)> = classes.iter().copied().zip(t.status).collect();
     metric("responses_total", "counter", "Responses by status class.", &by_class);
