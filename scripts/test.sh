@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 # fuse3 (fusermount3) and python3-fusepy mount the slow file system of the
 # slow-disk test; hyperfine is the reference the probe's command timing is
 # checked against; wrk drives the sites' reload under load, checking every
-# response with a script.
+# response with a script. bench/soak.sh installs what it needs itself.
 scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium \
     fuse3 python3-fusepy hyperfine wrk
 
@@ -38,5 +38,13 @@ for model in pool staged per-request; do
         --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst \
         --test operations --test reload --test sites
 done
+
+# A minute of mixed load while every fault of the soak hits the server once
+# (reload, php-fpm killed, crashing and hanging CGIs, a truncated file, a full
+# log disk, the descriptor limit, a lossy network namespace): it exits 1 when
+# its judgement fails. The debug binary the tests built: it calibrates its load
+# to what that binary carries. Needs root (tmpfs, network namespace).
+echo "== soak, short (bench/soak.sh --short --no-peer)"
+TERN_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/tern" bench/soak.sh --short --no-peer
 
 echo "all tests passed"
