@@ -566,3 +566,55 @@ fn corpus_cgi_response_header_vectors() {
         }
     }
 }
+
+/// Out of descriptors (`RLIMIT_NOFILE` reached by held connections), a kept
+/// connection asking for a program is answered `503` with `Retry-After`, as
+/// at `cgi.max_processes`: the server is full for now, not the program
+/// broken (found by `bench/soak.sh`: it was `500`). Once the connections go,
+/// programs run again.
+#[test]
+fn out_of_descriptors_a_program_is_503_for_now() {
+    let cs = cgi_site();
+    let mut cmd = Command::new("prlimit");
+    cmd.args(["--nofile=64:64", "--", common::tern_bin()]);
+    let tern = Tern::start_with(cmd, &cs.site.root, "sendfile", "", &["--workers", "1"]);
+    let mut kept = TcpStream::connect(tern.addr).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let head = |s: &mut TcpStream| {
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    kept.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert!(head(&mut kept).starts_with("HTTP/1.1 200"));
+    // Connections are held until the server's descriptors are all taken,
+    // each with part of a head sent so it is accepted (not deferred); then
+    // one goes: the program's file opens, its pipes cannot.
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", tern.pid())).unwrap().count();
+    let mut held = Vec::new();
+    while fds() < 64 {
+        assert!(held.len() < 200, "{} descriptors after {} connections", fds(), held.len());
+        let mut s = TcpStream::connect(tern.addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        held.push(s);
+        let start = Instant::now();
+        while fds() < 64 && start.elapsed() < Duration::from_millis(100) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    held.pop();
+    let start = Instant::now();
+    while fds() >= 64 {
+        assert!(start.elapsed() < Duration::from_secs(5), "the closed connection stays open");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    kept.write_all(b"GET /cgi-bin/printenv.sh HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let answer = head(&mut kept);
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("Retry-After: 1"), "{answer}");
+    drop(held);
+    let start = Instant::now();
+    while get(tern.addr, "/cgi-bin/printenv.sh", "").status != 200 {
+        assert!(start.elapsed() < Duration::from_secs(10), "programs do not run again");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -232,18 +232,29 @@ impl Site {
             }
             Err(cgi::StartError::Busy) => {
                 w.stats.cgi_rejected.incr();
-                reply.head(503);
-                reply.header("Retry-After", b"1");
-                reply.page(503);
+                full_for_now(reply);
                 Answer::Done
             }
             Err(cgi::StartError::Failed(err)) => {
                 log!(Level::Error, "cannot start CGI program for {:?}: {err}", req.path);
-                reply.error(500);
+                // Out of descriptors or processes: the server is full for
+                // now (as at the cap), not the program broken.
+                if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM)) {
+                    full_for_now(reply);
+                } else {
+                    reply.error(500);
+                }
                 Answer::Done
             }
         }
     }
+}
+
+/// `503` with `Retry-After: 1`: no program can start now, one may soon.
+fn full_for_now(reply: &mut Reply<'_>) {
+    reply.head(503);
+    reply.header("Retry-After", b"1");
+    reply.page(503);
 }
 
 /// Rewrites `rel` (a normalised path under an alias location's prefix
