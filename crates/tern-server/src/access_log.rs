@@ -7,10 +7,10 @@
 //!
 //! A write that fails (the log's disk full: `ENOSPC`) does not stop
 //! serving: the lines it held are dropped and counted ([`lines_lost`], on
-//! the status pages), the error is logged once per outage, and the next
-//! write that succeeds says how many were lost. A line cut by a short write
-//! keeps its rest in the buffer, so the file never holds half a line glued
-//! to the next one.
+//! the status pages), each buffer logs the error once per outage, and its
+//! next write that succeeds says how many of its lines were lost. A line
+//! cut by a short write keeps its rest in the buffer, so the file never
+//! holds half a line glued to the next one.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};

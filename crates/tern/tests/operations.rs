@@ -139,7 +139,8 @@ fn sighup_reloads_without_refusing_or_cutting_anything() {
 
 /// A log disk full (`/dev/full` answers every write `ENOSPC`): serving goes
 /// on, the lines are counted lost on the status pages (found by
-/// `bench/soak.sh`: they were dropped uncounted), the error is logged once.
+/// `bench/soak.sh`: they were dropped uncounted), the error is logged once
+/// an outage, not at every failed write.
 #[test]
 fn access_log_lines_a_full_disk_drops_are_counted() {
     let site = common::site();
@@ -159,7 +160,11 @@ fn access_log_lines_a_full_disk_drops_are_counted() {
     assert!(lost >= Some(5), "lines lost: {lost:?}");
     let text = String::from_utf8(get(tern.addr, "/metrics", "").body).unwrap();
     assert!(text.contains("tern_access_log_lines_lost_total "), "{text}");
-    assert_eq!(tern.stderr.lock().unwrap().matches("access log write failed").count(), 1);
+    // Once per outage by each thread that held lines (one event worker;
+    // under pool, each pool thread that served one of the 5), not once per
+    // failed write.
+    let logged = tern.stderr.lock().unwrap().matches("access log write failed").count();
+    assert!((1..=5).contains(&logged), "logged {logged} times");
 }
 
 /// The watchdog's view: each worker's last once-a-second turn is recent.
