@@ -7,16 +7,16 @@
 //!
 //! A write that fails (the log's disk full: `ENOSPC`) does not stop
 //! serving: the lines it held are dropped and counted ([`lines_lost`], on
-//! the status pages), each buffer logs the error once per outage, and its
-//! next write that succeeds says how many of its lines were lost. A line
-//! cut by a short write keeps its rest in the buffer, so the file never
-//! holds half a line glued to the next one.
+//! the status pages), the error is logged once per outage (by the whole
+//! process), and the next write that succeeds says how many lines were
+//! lost. A line cut by a short write keeps its rest in the buffer, so the
+//! file never holds half a line glued to the next one.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::IpAddr;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -97,6 +97,10 @@ impl AccessTarget {
 /// forget an outage.
 static LINES_LOST: AtomicU64 = AtomicU64::new(0);
 
+/// Whether access-log writes are failing (an outage began and no buffer
+/// that lost lines has written since), so the process logs it once.
+static FAILING: AtomicBool = AtomicBool::new(false);
+
 /// Access-log lines dropped because their write failed, since the process
 /// started (every log file together).
 pub fn lines_lost() -> u64 {
@@ -109,9 +113,8 @@ pub struct AccessLog {
     format: AccessFormat,
     buf: Vec<u8>,
     capacity: usize,
-    /// Lines this buffer dropped since its writes began failing; `None`
-    /// while they succeed.
-    outage: Option<u64>,
+    /// Whether this buffer's last write failed.
+    failed: bool,
 }
 
 /// The fields of one line.
@@ -134,7 +137,7 @@ pub struct Entry<'a> {
 impl AccessLog {
     pub fn new(target: &AccessTarget, capacity: usize) -> AccessLog {
         let capacity = capacity.max(1);
-        AccessLog { target: target.0.clone(), format: target.1, buf: Vec::new(), capacity, outage: None }
+        AccessLog { target: target.0.clone(), format: target.1, buf: Vec::new(), capacity, failed: false }
     }
 
     pub fn enabled(&self) -> bool {
@@ -219,8 +222,9 @@ impl AccessLog {
         };
         let Some(err) = failure else {
             self.buf.clear();
-            if let Some(lost) = self.outage.take() {
-                crate::error_log::log!(Level::Warn, "access log written again; {lost} lines were lost");
+            if std::mem::take(&mut self.failed) && FAILING.swap(false, Relaxed) {
+                let lost = lines_lost();
+                crate::error_log::log!(Level::Warn, "access log written again; {lost} lines lost since the start");
             }
             return;
         };
@@ -230,13 +234,13 @@ impl AccessLog {
         };
         let lost = self.buf[cut..].iter().filter(|&&b| b == b'\n').count() as u64;
         LINES_LOST.fetch_add(lost, Relaxed);
-        if self.outage.is_none() {
+        self.failed = true;
+        if !FAILING.swap(true, Relaxed) {
             crate::error_log::log!(
                 Level::Error,
                 "access log write failed: {err}; lines are dropped and counted until a write succeeds"
             );
         }
-        *self.outage.get_or_insert(0) += lost;
         self.buf.truncate(cut);
         self.buf.drain(..written);
     }
@@ -260,6 +264,52 @@ fn escape(out: &mut Vec<u8>, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(path: &[u8]) -> Entry<'_> {
+        Entry {
+            client: "127.0.0.1".parse().unwrap(),
+            time: b"10/Oct/2000:13:55:36 +0000",
+            request_line: path,
+            status: 200,
+            bytes: 1,
+            referer: None,
+            user_agent: None,
+            site: "a",
+            epoch: 971186136,
+        }
+    }
+
+    /// A pipe with one page of room stands for a disk filling up: the
+    /// write is cut short, then refused. The whole lines after the cut are
+    /// lost and counted; the cut line's rest is written first once there is
+    /// room again, so every line that reaches the file is whole.
+    #[test]
+    fn a_failed_write_drops_whole_lines_and_finishes_the_cut_one() {
+        const PAGE: usize = 4096;
+        let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        let size = rustix::pipe::fcntl_getpipe_size(&write).unwrap();
+        rustix::io::write(&write, &vec![b'x'; size - PAGE]).unwrap();
+        let target = AccessTarget(Some(Arc::new(File::from(write))), AccessFormat::Combined);
+        let mut log = AccessLog::new(&target, 1 << 20);
+        let line = "127.0.0.1 - - [10/Oct/2000:13:55:36 +0000] \"GET /a HTTP/1.1\" 200 1 \"-\" \"-\"\n";
+        assert_ne!(PAGE % line.len(), 0, "a line is cut");
+        let before = lines_lost();
+        for _ in 0..60 {
+            log.record(&entry(b"GET /a HTTP/1.1"));
+        }
+        log.flush();
+        assert_eq!(lines_lost() - before, (60 - PAGE / line.len() - 1) as u64, "the lines after the cut one");
+        let mut drained = vec![0u8; size];
+        assert_eq!(rustix::io::read(&read, &mut drained).unwrap(), size);
+        let cut = PAGE % line.len();
+        assert!(drained.ends_with(&line.as_bytes()[..cut]));
+        log.record(&entry(b"GET /b HTTP/1.1"));
+        log.flush();
+        let mut rest = vec![0u8; PAGE];
+        let n = rustix::io::read(&read, &mut rest).unwrap();
+        let text = String::from_utf8_lossy(&rest[..n]).into_owned();
+        assert_eq!(text, format!("{}{}", &line[cut..], line.replace("/a", "/b")));
+    }
 
     #[test]
     fn combined_format_with_escapes() {
