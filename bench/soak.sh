@@ -68,7 +68,8 @@ case $DUR in
     *s) DUR=${DUR%s} ;;
 esac
 [[ $DUR =~ ^[0-9]+$ ]] && ((DUR >= 60)) || bench_die "--duration: at least 60 s (1h, 30m, 600)"
-((SHORT)) && SEG=$DUR || SEG=60
+# --short: 20 s load runs, so some are clear of the disk-full window.
+((SHORT)) && SEG=20 || SEG=60
 ((SHORT)) && CYCLE=60 || CYCLE=300
 ((SHORT)) && WINDOW=10 || WINDOW=60
 ((SHORT)) && CAL=4 || CAL=10
@@ -315,7 +316,9 @@ client_loop() {
         ((left > SEG)) && left=$SEG
         base=$OUT/$S-load-$name-$i
         date +%s.%N >"$base.start"
+        # Its own user agent: its lines in the access log are counted against its responses.
         "${pre[@]}" "$TERN_BIN" bench "$url" --mix "$mix" -R "$rate" -c "$conns" -t 1 -d "${left}s" -k \
+            -H "User-Agent: tern-bench/$S-$name-$i" \
             --timeline "$base.csv" --json --no-store >"$base.json" 2>"$base.err" || true
         i=$((i + 1))
     done
@@ -473,6 +476,9 @@ soak_one() { # SERVER
     ns_rate=$(awk -v c="$cap" -v s="$LOAD_SHARE" 'BEGIN { r = c * s * 0.05; printf "%d", (r > 100 ? 100 : r) + 1 }')
     echo "$S capacity $cap req/s (closed loop, 32 connections, ${CAL}s); load $rate + https $https_rate + netns $ns_rate req/s" |
         tee "$OUT/$S-load.txt" >&2
+    # Room for the whole run's log (about 150 bytes a line) and then some:
+    # the disk is full only while the fault fills it.
+    mount -o remount,size=$(((rate + https_rate + ns_rate) * DUR * 300 + size)) "$LOGFS"
     local cache_url=""
     [[ $S == tern ]] && cache_url=http://127.0.0.1:$PORT/metrics
     local -a worker_opt=()
@@ -510,6 +516,7 @@ soak_one() { # SERVER
 }
 
 RESULT=0
+STARTED=$(date -u +%Y-%m-%dT%H:%MZ)
 echo "# bench/soak.sh $(date -u +%Y-%m-%dT%H:%MZ), $((DUR))s per server, $(nproc) CPUs, workers $WORKERS," \
     "NOFILE $NOFILE; load before: $(cut -d' ' -f1-3 /proc/loadavg); network namespace: $NETWORK" | tee "$OUT/summary.txt"
 STORE_ID=""
@@ -520,7 +527,7 @@ for server in ${SERVERS//,/ }; do
     extra=()
     [[ $server == tern ]] && extra=(--counts-lost)
     python3 "$SOAK_PY" report --dir "$OUT" --server "$server" --access-log "$OUT/$server-access.log" "${extra[@]}" \
-        --lab-template "$OUT/lab-template.json" --label "soak $(date -u +%Y-%m-%dT%H:%MZ) ${DUR}s" \
+        --lab-template "$OUT/lab-template.json" --label "soak $STARTED ${DUR}s" \
         --command "bench/soak.sh $([[ $SHORT == 1 ]] && echo --short || echo "--duration ${DUR}s")" \
         --window "$WINDOW" >"$OUT/$server-table.tsv" || rc=$?
     [[ $server == tern ]] && RESULT=$rc
