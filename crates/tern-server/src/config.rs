@@ -207,12 +207,16 @@ pub enum Model {
     Staged,
     /// A thread per connection, blocking in `poll(2)`.
     PerRequest,
+    /// A reactor per worker thread on io_uring: accepts, receives and
+    /// sends through a ring, one submission per loop turn (Linux 6.1 or
+    /// later; refused at start where io_uring is disabled).
+    Uring,
 }
 
 impl Model {
     /// Every model there is, built or not: what the lab's E3 tries, each
     /// kept only when [`Config::parse`] accepts it.
-    pub const ALL: [Model; 4] = [Model::Event, Model::Pool, Model::Staged, Model::PerRequest];
+    pub const ALL: [Model; 5] = [Model::Event, Model::Pool, Model::Staged, Model::PerRequest, Model::Uring];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -220,6 +224,7 @@ impl Model {
             Model::Pool => "pool",
             Model::Staged => "staged",
             Model::PerRequest => "per-request",
+            Model::Uring => "uring",
         }
     }
 }
@@ -232,7 +237,8 @@ impl std::str::FromStr for Model {
             "pool" => Ok(Model::Pool),
             "staged" => Ok(Model::Staged),
             "per-request" => Ok(Model::PerRequest),
-            _ => Err(format!("unknown model `{s}` (expected event, pool, staged or per-request)")),
+            "uring" => Ok(Model::Uring),
+            _ => Err(format!("unknown model `{s}` (expected event, pool, staged, per-request or uring)")),
         }
     }
 }
@@ -396,14 +402,14 @@ pub struct StaticFiles {
     pub sendfile_max_chunk: Bytes,
     /// Entries in each worker's open-file table. Default 1024.
     pub open_file_cache: usize,
-    /// Threads of the blocking I/O pool shared by the event engine's
-    /// workers: opens that miss the open-file table and reads of file pages
+    /// Threads of the blocking I/O pool shared by the reactors' workers
+    /// (`event`, `uring`): opens that miss the open-file table and reads of file pages
     /// not in the page cache run there, so a slow disk never stalls a
     /// reactor. 0 = off (the worker does them itself). Default 32, as
     /// nginx's `aio threads` pool: a thread blocked on a disk holds no
     /// CPU, and the count bounds how many slow opens and reads are under
     /// way at once (a disk's queue wants several); a sleeping thread costs
-    /// a few KiB. Started under the event model only (see
+    /// a few KiB. Started under the reactor models only (see
     /// [`Config::io_pool_threads`]).
     pub io_threads: usize,
     /// How long an open file is trusted before it is looked up again
@@ -1252,10 +1258,10 @@ impl Config {
     }
 
     /// Threads the blocking I/O pool gets: `static.io_threads` under the
-    /// event model, 0 under the others, whose threads may block and so do
-    /// their I/O themselves.
+    /// reactors (`event`, `uring`), 0 under the others, whose threads may
+    /// block and so do their I/O themselves.
     pub fn io_pool_threads(&self) -> usize {
-        if self.server.model == Model::Event {
+        if matches!(self.server.model, Model::Event | Model::Uring) {
             self.static_files.io_threads
         } else {
             0
@@ -1495,7 +1501,7 @@ mod tests {
         let e = parse("[server]\nmodel = \"threads\"\n").unwrap_err();
         assert!(e.contains("unknown variant `threads`") && e.contains("line 2"), "{e}");
         assert_eq!("per-request".parse::<Model>(), Ok(Model::PerRequest));
-        assert!("fork".parse::<Model>().unwrap_err().contains("expected event, pool, staged or per-request"));
+        assert!("fork".parse::<Model>().unwrap_err().contains("expected event, pool, staged, per-request or uring"));
     }
 
     #[test]

@@ -112,6 +112,7 @@ impl Prepared {
             )));
         }
         let mut tls = tls::Setup::load(&config.tls).map_err(StartError::Config)?;
+        engine::probe(&config)?;
 
         // Each worker gets its own SO_REUSEPORT socket per address; the
         // first one fixes the port when the configuration asks for port 0.

@@ -36,10 +36,11 @@
 //! hand-over to another server, the end) and `drive`, the loop
 //! that runs the phases. It does no reading, parsing or answering itself.
 
+use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
-use crate::body::OutQueue;
+use crate::body::{OutQueue, Sending};
 use crate::handover::Moved;
 use crate::shared::Shared;
 use crate::site::Peers;
@@ -62,9 +63,10 @@ mod waiting;
 use records::Records;
 use send::{Sent, MAX_GATHERED};
 use state::{Clock, Phase, Timer};
-use transport::{Fill, Transport};
+use transport::{Fill, Ring, RingSend, Transport};
 
 pub use state::{Conn, Status};
+pub use transport::Received;
 
 impl Conn {
     pub fn new(key: usize, sock: TcpStream, peer: SocketAddr, w: &Worker<'_>) -> Conn {
@@ -171,6 +173,59 @@ impl Conn {
             return Status::Closed;
         }
         self.drive(shared, w)
+    }
+
+    /// Has the connection's bytes move through the engine's ring from now
+    /// on (completion I/O), if it can: a plain connection can, one with a
+    /// TLS session cannot (the session reads and writes its socket
+    /// itself). Whether it does.
+    pub fn take_ring(&mut self, shared: &Shared, w: &Worker<'_>) -> bool {
+        if self.fresh {
+            self.open(shared, w);
+        }
+        if self.io.tls.is_none() {
+            self.io.ring = Some(Ring::default());
+        }
+        self.io.ring.is_some()
+    }
+
+    /// Whether the engine is to receive for it through the ring: nothing
+    /// received waits to be read.
+    pub fn wants_data(&self) -> bool {
+        self.io.wants_data()
+    }
+
+    /// A receive through the ring brought `got`.
+    pub fn on_received(&mut self, shared: &Shared, w: &mut Worker<'_>, got: Received) -> Status {
+        let failed = self.io.received(got);
+        self.on_ready(shared, w, false, false, false, failed)
+    }
+
+    /// Gathers the send the connection asked its engine for into `s` (the
+    /// engine submits it and reports with [`Conn::on_sent`]); false when it
+    /// asked for none.
+    pub fn ring_send(&mut self, s: &mut Sending) -> bool {
+        let Some(ring) = self.io.ring.as_mut() else { return false };
+        if ring.send != RingSend::Wanted {
+            return false;
+        }
+        let gathered = self.out.gather_into(s);
+        debug_assert!(gathered, "a send asked for with nothing to gather");
+        ring.send = if gathered { RingSend::InFlight } else { RingSend::Idle };
+        self.io.may_write = !gathered;
+        gathered
+    }
+
+    /// A send through the ring completed: the bytes it sent, or its error.
+    pub fn on_sent(&mut self, shared: &Shared, w: &mut Worker<'_>, result: io::Result<usize>) -> Status {
+        self.io.sent(&mut self.out, result, &mut self.timer.bytes, w);
+        self.drive(shared, w)
+    }
+
+    /// Whether a write made by the connection itself would have blocked
+    /// (the engine is to report when its socket has room, as writable).
+    pub fn wants_writable(&mut self) -> bool {
+        self.io.ring.as_mut().is_some_and(|r| std::mem::take(&mut r.writable))
     }
 
     /// The backend's descriptor (or the I/O pool's signal) may have become
@@ -359,6 +414,10 @@ impl Conn {
     pub fn into_moved(mut self, w: &mut Worker<'_>) -> Moved {
         let mut pending = std::mem::take(&mut self.rbuf);
         pending.drain(..self.rpos);
+        if let Some(staged) = self.io.take_staged() {
+            pending.extend_from_slice(&staged);
+            w.pool.give(staged);
+        }
         if pending.is_empty() {
             w.pool.give(pending);
             pending = Vec::new();
@@ -384,6 +443,9 @@ impl Conn {
             let _ = w.watcher.unwatch(waiting.ticket.fd());
         }
         w.pool.give(std::mem::take(&mut self.rbuf));
+        if let Some(staged) = self.io.take_staged() {
+            w.pool.give(staged);
+        }
         self.out.clear();
         let (buf, _) = self.out.release();
         w.pool.give(buf);

@@ -13,6 +13,9 @@
 //! - `staged.rs`: the pool's fronts, and threads per stage (read, handle,
 //!   send, log) with bounded queues between them.
 //! - `per_request.rs`: a thread per connection (`blocking.rs`).
+//! - `uring/`: a reactor per worker thread on io_uring (completion I/O).
+//! - `watch.rs`: what a reactor's epoll set watches besides sockets
+//!   (backend descriptors, file changes, the waker).
 //! - `front.rs`: starting threads, admission and counts, shared by all.
 
 pub mod blocking;
@@ -22,6 +25,8 @@ pub mod front;
 pub mod per_request;
 pub mod pool;
 pub mod staged;
+pub mod uring;
+pub mod watch;
 
 use std::io;
 use std::net::TcpListener;
@@ -39,7 +44,16 @@ pub fn stat_blocks(config: &Config, workers: usize) -> usize {
         Model::Pool => pool::stat_blocks(workers, config.server.threads),
         Model::PerRequest => per_request::stat_blocks(config.server.max_threads),
         Model::Staged => staged::stat_blocks(workers, &config.staged),
-        Model::Event => workers,
+        Model::Event | Model::Uring => workers,
+    }
+}
+
+/// Whether the configured engine can run here: `uring` needs io_uring
+/// (the error names why not); the others run everywhere.
+pub fn probe(config: &Config) -> io::Result<()> {
+    match config.server.model {
+        Model::Uring => uring::probe(),
+        _ => Ok(()),
     }
 }
 
@@ -51,6 +65,13 @@ pub fn start(shared: &Arc<Shared>, per_worker: Vec<Vec<TcpListener>>) -> io::Res
             front::fronts(shared, sets.len(), "tern-worker", |index| {
                 let (shared, listeners) = (shared.clone(), sets.next().unwrap_or_default());
                 move |inbox, ready| event::run(&shared, index, listeners, inbox, ready)
+            })
+        }
+        Model::Uring => {
+            let mut sets = per_worker.into_iter();
+            front::fronts(shared, sets.len(), "tern-worker", |index| {
+                let (shared, listeners) = (shared.clone(), sets.next().unwrap_or_default());
+                move |inbox, ready| uring::run(&shared, index, listeners, inbox, ready)
             })
         }
         Model::Pool => pool::start(shared, per_worker),

@@ -56,7 +56,7 @@ pub struct Args {
     /// Worker threads; 0 = one per usable CPU (overrides `server.workers`).
     #[arg(short, long, value_name = "N")]
     pub workers: Option<usize>,
-    /// Concurrency model: event, pool, staged or per-request (overrides
+    /// Concurrency model: event, pool, staged, per-request or uring (overrides
     /// `server.model`; the stages' threads are set in `[staged]`).
     #[arg(long, value_name = "MODEL")]
     pub model: Option<Model>,

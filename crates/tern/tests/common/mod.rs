@@ -46,7 +46,7 @@ pub fn model() -> Option<String> {
 }
 
 /// Every model a test that loops over models covers.
-pub const MODELS: [&str; 4] = ["event", "pool", "staged", "per-request"];
+pub const MODELS: [&str; 5] = ["event", "pool", "staged", "per-request", "uring"];
 
 pub fn tern_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tern")

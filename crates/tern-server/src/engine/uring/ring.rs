@@ -1,0 +1,255 @@
+//! A `uring` worker's ring: set up (and refused with the reason) at
+//! start, the operations the worker asks of it, each named by an [`Op`]
+//! in its user data, and the one `io_uring_enter` per loop turn that
+//! submits them all and waits.
+//!
+//! The ring is made by the worker's own thread and only ever used there
+//! (`SINGLE_ISSUER`); completions are run only when the worker enters the
+//! kernel to wait (`DEFER_TASKRUN`), so a burst of them is one batch and
+//! never interrupts the worker mid-turn.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use io_uring::squeue::{Entry, Flags};
+use io_uring::types::{CancelBuilder, Fd, SubmitArgs, Timespec};
+use io_uring::{opcode, IoUring};
+
+/// Submission queue entries (a full queue is submitted mid-turn).
+const ENTRIES: u32 = 1024;
+/// Completion queue entries: several completions per submission (a
+/// multishot accept's, a receive's and a send's for one request).
+const CQ_ENTRIES: u32 = 8 * ENTRIES;
+
+/// What a completion is for: the kind, and for a connection's socket the
+/// connection's key and generation (a key is reused once its connection
+/// is gone; a completion of the one before is told apart by the
+/// generation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Listener `i`'s multishot accept.
+    Accept(usize),
+    /// The worker's epoll set became readable (multishot poll).
+    Epoll,
+    Recv(Tag),
+    Send(Tag),
+    /// A socket has room again (a one-shot poll for a write the
+    /// connection made itself that would have blocked).
+    Writable(Tag),
+    /// A cancellation that failed (the operation had ended).
+    Cancel,
+}
+
+/// A connection's key and generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tag {
+    pub key: usize,
+    pub gen: u32,
+}
+
+const KIND_SHIFT: u32 = 56;
+const GEN_SHIFT: u32 = 32;
+const GEN_MASK: u64 = (1 << (KIND_SHIFT - GEN_SHIFT)) - 1;
+
+impl Op {
+    fn encode(self) -> u64 {
+        let (kind, low) = match self {
+            Op::Accept(i) => (1, i as u64),
+            Op::Epoll => (2, 0),
+            Op::Recv(t) => (3, t.encode()),
+            Op::Send(t) => (4, t.encode()),
+            Op::Writable(t) => (5, t.encode()),
+            Op::Cancel => (6, 0),
+        };
+        (kind << KIND_SHIFT) | low
+    }
+
+    pub fn decode(data: u64) -> Option<Op> {
+        let low = data & ((1 << KIND_SHIFT) - 1);
+        let tag = Tag { key: (low & u64::from(u32::MAX)) as usize, gen: (low >> GEN_SHIFT) as u32 };
+        Some(match data >> KIND_SHIFT {
+            1 => Op::Accept(low as usize),
+            2 => Op::Epoll,
+            3 => Op::Recv(tag),
+            4 => Op::Send(tag),
+            5 => Op::Writable(tag),
+            6 => Op::Cancel,
+            _ => return None,
+        })
+    }
+}
+
+impl Tag {
+    fn encode(self) -> u64 {
+        ((u64::from(self.gen) & GEN_MASK) << GEN_SHIFT) | (self.key as u64 & u64::from(u32::MAX))
+    }
+
+    /// The generation after `gen`, as [`Op`] keeps it.
+    pub fn next_gen(gen: u32) -> u32 {
+        ((u64::from(gen) + 1) & GEN_MASK) as u32
+    }
+}
+
+/// One completion, copied out of the queue.
+#[derive(Clone, Copy)]
+pub struct Done {
+    pub op: Op,
+    pub result: i32,
+    pub flags: u32,
+}
+
+pub struct Ring {
+    ring: IoUring,
+}
+
+impl Ring {
+    /// A ring for the calling thread; an error says why io_uring cannot
+    /// be had here ([`unavailable`]).
+    pub fn new() -> io::Result<Ring> {
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_submit_all()
+            .setup_cqsize(CQ_ENTRIES)
+            .build(ENTRIES)
+            .map_err(unavailable)?;
+        let mut probe = io_uring::Probe::new();
+        ring.submitter().register_probe(&mut probe).map_err(unavailable)?;
+        let needed = [
+            opcode::Accept::CODE,
+            opcode::Recv::CODE,
+            opcode::SendMsg::CODE,
+            opcode::PollAdd::CODE,
+            opcode::AsyncCancel::CODE,
+            opcode::Read::CODE,
+        ];
+        if let Some(op) = needed.iter().find(|&&op| !probe.is_supported(op)) {
+            return Err(io::Error::other(format!(
+                "io_uring lacks operation {op} here: server.model = \"uring\" needs Linux 6.1 or later"
+            )));
+        }
+        Ok(Ring { ring })
+    }
+
+    pub fn submitter(&self) -> io_uring::Submitter<'_> {
+        self.ring.submitter()
+    }
+
+    /// Queues `entry` for the next submission (submitting what is queued
+    /// first when the queue is full).
+    fn push(&mut self, entry: Entry) {
+        loop {
+            // SAFETY: every entry's buffers are kept alive by the worker
+            // until its completion (see the callers).
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                return;
+            }
+            if let Err(e) = self.ring.submit() {
+                if e.raw_os_error() != Some(libc::EBUSY) && e.kind() != io::ErrorKind::Interrupted {
+                    crate::error_log::log!(crate::config::Level::Error, "io_uring submission failed: {e}");
+                }
+            }
+        }
+    }
+
+    pub fn accept(&mut self, listener: RawFd, index: usize) {
+        let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        self.push(opcode::AcceptMulti::new(Fd(listener)).flags(flags).build().user_data(Op::Accept(index).encode()));
+    }
+
+    /// Watches `fd` for reading (multishot, edge-triggered).
+    pub fn poll_readable(&mut self, fd: RawFd, op: Op) {
+        self.push(opcode::PollAdd::new(Fd(fd), libc::POLLIN as u32).multi(true).build().user_data(op.encode()));
+    }
+
+    /// Reports once when `fd` has room (or an error).
+    pub fn poll_writable(&mut self, fd: RawFd, tag: Tag) {
+        let mask = (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) as u32;
+        self.push(opcode::PollAdd::new(Fd(fd), mask).build().user_data(Op::Writable(tag).encode()));
+    }
+
+    /// Receives into a buffer of group `group`.
+    pub fn recv(&mut self, fd: RawFd, group: u16, tag: Tag) {
+        let entry = opcode::Recv::new(Fd(fd), std::ptr::null_mut(), 0).buf_group(group).build();
+        self.push(entry.flags(Flags::BUFFER_SELECT).user_data(Op::Recv(tag).encode()));
+    }
+
+    /// Sends `msg` with `flags`.
+    ///
+    /// # Safety
+    /// `msg` and every byte it points to stay valid and unchanged until
+    /// the completion.
+    pub unsafe fn send(&mut self, fd: RawFd, msg: *const libc::msghdr, flags: u32, tag: Tag) {
+        self.push(opcode::SendMsg::new(Fd(fd), msg).flags(flags).build().user_data(Op::Send(tag).encode()));
+    }
+
+    /// Cancels the operation `op` names (its completion still comes).
+    pub fn cancel(&mut self, op: Op) {
+        let entry = opcode::AsyncCancel::new(op.encode()).build();
+        self.push(entry.flags(Flags::SKIP_SUCCESS).user_data(Op::Cancel.encode()));
+    }
+
+    /// Cancels every operation in flight (before the worker ends).
+    pub fn cancel_all(&mut self) {
+        let entry = opcode::AsyncCancel2::new(CancelBuilder::any()).build();
+        self.push(entry.flags(Flags::SKIP_SUCCESS).user_data(Op::Cancel.encode()));
+    }
+
+    /// Submits what is queued and waits up to `timeout` for a completion:
+    /// the loop turn's one system call.
+    pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        let ts = Timespec::from(timeout);
+        let args = SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The completions that came, into `done` (emptied first).
+    pub fn completions(&mut self, done: &mut Vec<Done>) {
+        done.clear();
+        for cqe in self.ring.completion() {
+            if let Some(op) = Op::decode(cqe.user_data()) {
+                done.push(Done { op, result: cqe.result(), flags: cqe.flags() });
+            }
+        }
+    }
+}
+
+/// Why io_uring cannot be had, from the error its set-up gave: the kernel
+/// has none, a sysctl or a seccomp profile (as Docker's default) refuses
+/// it, or it is older than the engine needs.
+pub fn unavailable(e: io::Error) -> io::Error {
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").ok();
+    let why = match (e.raw_os_error(), disabled.as_deref().map(str::trim)) {
+        (Some(libc::ENOSYS), _) => "this kernel has no io_uring".to_string(),
+        (Some(libc::EPERM), Some("2")) => "io_uring is disabled by the sysctl kernel.io_uring_disabled = 2".into(),
+        (Some(libc::EPERM), Some("1")) => {
+            "io_uring is restricted by the sysctl kernel.io_uring_disabled = 1 (to kernel.io_uring_group)".into()
+        }
+        (Some(libc::EPERM), _) => {
+            "io_uring is refused (EPERM): a seccomp profile forbids it (as Docker's default does)".into()
+        }
+        (Some(libc::EINVAL), _) => "this kernel's io_uring is too old: it needs Linux 6.1 or later".into(),
+        _ => format!("io_uring cannot be set up: {e}"),
+    };
+    io::Error::new(e.kind(), format!("server.model = \"uring\": {why}; use another model (\"event\")"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_data_names_the_operation_and_the_connection() {
+        let tag = Tag { key: 123_456, gen: Tag::next_gen(GEN_MASK as u32 - 1) };
+        for op in [Op::Accept(3), Op::Epoll, Op::Recv(tag), Op::Send(tag), Op::Writable(tag), Op::Cancel] {
+            assert_eq!(Op::decode(op.encode()), Some(op));
+        }
+        assert_eq!(Tag::next_gen(GEN_MASK as u32), 0, "generations wrap within their bits");
+        assert_eq!(Op::decode(0), None);
+    }
+}
