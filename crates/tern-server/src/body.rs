@@ -51,9 +51,15 @@ pub enum Flushed {
     /// the page cache: read them in the I/O pool, then
     /// [`OutQueue::insert_read`] them.
     Cold { file: Arc<OpenFile>, offset: u64, len: usize },
+    /// The next bytes to send are in a file region sent by the `uring`
+    /// method: read them through the engine's ring, then
+    /// [`OutQueue::insert_read`] them. `cached`: they are known to be in
+    /// the page cache.
+    Fetch { file: Arc<OpenFile>, offset: u64, len: usize, cached: bool },
 }
 
-/// Most bytes of a cold file region read by one pool task.
+/// Most bytes of a cold file region read by one pool task, and of a
+/// region the `uring` method reads at once.
 const COLD_READ: u64 = 256 * 1024;
 
 /// Most segments gathered into one `sendmsg`.
@@ -216,7 +222,9 @@ impl OutQueue {
     /// Can another response be queued behind this one and leave in the same
     /// `sendmsg`? True while everything queued is in memory or mapped.
     pub fn gathers(&self) -> bool {
-        self.segments.iter().all(|s| !matches!(s, Segment::File { method: IoMethod::Sendfile | IoMethod::Read, .. }))
+        self.segments.iter().all(|s| {
+            matches!(s, Segment::Buf { .. } | Segment::Shared { .. } | Segment::File { method: IoMethod::Mmap, .. })
+        })
     }
 
     /// Marks everything appended to `buf` since the last call as queued.
@@ -289,8 +297,9 @@ impl OutQueue {
     fn cold_region(&mut self) -> Option<(Arc<OpenFile>, u64, usize)> {
         let (i, seg) =
             self.segments.iter_mut().take(MAX_IOV).enumerate().find(|(_, s)| matches!(s, Segment::File { .. }))?;
-        let Segment::File { file, offset, len, ready, .. } = seg else { return None };
-        if *ready > *offset {
+        let Segment::File { file, offset, len, ready, method } = seg else { return None };
+        // The ring reads a `uring` region: it never waits for a disk here.
+        if *ready > *offset || *method == IoMethod::Uring {
             return None;
         }
         match file.resident_until(*offset, *len) {
@@ -469,10 +478,10 @@ impl OutQueue {
         if self.offload && self.cold_region().is_some() {
             return false;
         }
-        let gatherable = match self.segments.front() {
-            None | Some(Segment::File { method: IoMethod::Sendfile | IoMethod::Read, .. }) => false,
-            Some(_) => true,
-        };
+        let gatherable = matches!(
+            self.segments.front(),
+            Some(Segment::Buf { .. } | Segment::Shared { .. } | Segment::File { method: IoMethod::Mmap, .. })
+        );
         gatherable && self.gather().count > 0
     }
 
@@ -551,6 +560,12 @@ impl OutQueue {
                         Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
                         Err(e) => return Err(e),
                     }
+                }
+                Segment::File { file, offset, len, method: IoMethod::Uring, .. } => {
+                    let len = (*len).min(COLD_READ);
+                    let cached = file.resident_until(*offset, len) == Some(*offset + len);
+                    let (file, offset, len) = (file.clone(), *offset, len as usize);
+                    return Ok(Flushed::Fetch { file, offset, len, cached });
                 }
                 Segment::File { file, offset, len, method: IoMethod::Read, ready } => {
                     if self.chunk_pos == self.chunk.len() {
@@ -716,7 +731,7 @@ mod tests {
                 Flushed::All => break,
                 Flushed::Yield => yields += 1,
                 Flushed::Blocked => sys::wait_writable(&[server.as_fd()], Duration::from_secs(5)).unwrap(),
-                Flushed::Cold { .. } => unreachable!("no offload"),
+                Flushed::Cold { .. } | Flushed::Fetch { .. } => unreachable!("no offload, no ring"),
             }
         }
         drop(server);

@@ -297,6 +297,10 @@ pub enum IoMethod {
     Mmap,
     /// `pread(2)` into a buffer of `read_chunk` bytes, `write(2)` it.
     Read,
+    /// Read through the engine's ring, 256 KiB at a time, into a buffer
+    /// that a send through the ring takes: a page-cache miss waits in the
+    /// kernel, never in the worker. `server.model = "uring"` only.
+    Uring,
 }
 
 impl IoMethod {
@@ -305,6 +309,7 @@ impl IoMethod {
             IoMethod::Sendfile => "sendfile",
             IoMethod::Mmap => "mmap",
             IoMethod::Read => "read",
+            IoMethod::Uring => "uring",
         }
     }
 }
@@ -316,7 +321,8 @@ impl std::str::FromStr for IoMethod {
             "sendfile" => Ok(IoMethod::Sendfile),
             "mmap" => Ok(IoMethod::Mmap),
             "read" => Ok(IoMethod::Read),
-            _ => Err(format!("unknown I/O method `{s}` (expected sendfile, mmap or read)")),
+            "uring" => Ok(IoMethod::Uring),
+            _ => Err(format!("unknown I/O method `{s}` (expected sendfile, mmap, read or uring)")),
         }
     }
 }
@@ -346,7 +352,7 @@ impl std::str::FromStr for IoChoice {
             _ => s
                 .parse()
                 .map(IoChoice::Fixed)
-                .map_err(|_| format!("unknown I/O method `{s}` (expected auto, sendfile, mmap or read)")),
+                .map_err(|_| format!("unknown I/O method `{s}` (expected auto, sendfile, mmap, read or uring)")),
         }
     }
 }
@@ -373,7 +379,8 @@ pub enum Symlinks {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StaticFiles {
-    /// `"auto"` (default), `"sendfile"`, `"mmap"` or `"read"`.
+    /// `"auto"` (default), `"sendfile"`, `"mmap"`, `"read"` or `"uring"`
+    /// (with `server.model = "uring"`).
     pub io: IoChoice,
     /// Upper bounds (inclusive) of the file-size classes `"auto"` chooses a
     /// method for; strictly ascending, at most 7. Default
@@ -1332,6 +1339,19 @@ impl Config {
                 "each must be a CPU number below 1024",
             ),
             (self.static_files.read_chunk.0 == 0, "static", "read_chunk", "must be at least 1 byte"),
+            (
+                self.server.model != Model::Uring && self.static_files.io == IoChoice::Fixed(IoMethod::Uring),
+                "static",
+                "io",
+                "\"uring\" reads through the engine's ring: it needs server.model = \"uring\"",
+            ),
+            (
+                self.server.model != Model::Uring
+                    && self.static_files.io_methods.contains(&IoChoice::Fixed(IoMethod::Uring)),
+                "static",
+                "io_methods",
+                "\"uring\" reads through the engine's ring: it needs server.model = \"uring\"",
+            ),
             (self.limits.unsent_bytes.0 > u64::from(u32::MAX), "limits", "unsent_bytes", "must be below 4GiB"),
             (
                 self.limits.fast_unsent_bytes.0 > u64::from(u32::MAX),
@@ -1554,6 +1574,20 @@ mod tests {
         }
         let e = parse("[static]\nio_methods = [\"mmap\", \"splice\", \"read\"]\n").unwrap_err();
         assert!(e.contains("line 2") && e.contains("splice"), "{e}");
+    }
+
+    #[test]
+    fn the_uring_method_needs_the_uring_model() {
+        let c = parse("[server]\nmodel = \"uring\"\n[static]\nio = \"uring\"\n").unwrap();
+        assert_eq!((c.server.model, c.static_files.io), (Model::Uring, IoChoice::Fixed(IoMethod::Uring)));
+        assert!(parse("[server]\nmodel = \"uring\"\n[static]\nio_methods = [\"mmap\", \"uring\", \"uring\"]\n").is_ok());
+        for (text, wanted) in [
+            ("[static]\nio = \"uring\"\n", "line 2: static.io: \"uring\" reads through the engine's ring"),
+            ("[static]\nio_methods = [\"mmap\", \"uring\", \"read\"]\n", "line 2: static.io_methods: \"uring\""),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(wanted) && e.contains("server.model = \"uring\""), "{text:?}: {e}");
+        }
     }
 
     #[test]

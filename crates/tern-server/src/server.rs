@@ -190,7 +190,7 @@ impl Prepared {
         // Dropped on any error, which also ends its threads.
         let compression = Compression::start(&self.config)?;
         let site = Site::new(&self.config, compression)?;
-        let io = StaticIo::new(&self.config.static_files).map_err(StartError::Config)?;
+        let io = StaticIo::new(&self.config.static_files, self.config.server.model).map_err(StartError::Config)?;
         Ok((site, io))
     }
 }
@@ -406,7 +406,8 @@ const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis
 /// safe choices), then switches to the winners and logs them.
 fn calibrate_in_background(io: &StaticIo, st: &crate::config::StaticFiles, limits: &crate::config::Limits) {
     let start = std::time::Instant::now();
-    let outcome = calibrate::run(io.bounds(), io.choices(), CALIBRATION_BUDGET, st, limits).map_err(|e| e.to_string());
+    let outcome = calibrate::run(io.bounds(), io.choices(), io.methods(), CALIBRATION_BUDGET, st, limits)
+        .map_err(|e| e.to_string());
     io.calibrated(outcome, start.elapsed().as_millis());
     log!(Level::Info, "{}", io.describe());
 }

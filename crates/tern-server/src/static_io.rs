@@ -21,11 +21,23 @@ use std::sync::Mutex;
 
 use serde::Deserialize;
 
-use crate::config::{Bytes, IoChoice, IoMethod, StaticFiles};
+use crate::config::{Bytes, IoChoice, IoMethod, Model, StaticFiles};
 use crate::open_files::OpenFile;
 
 /// The methods, in the order of their counters and evidence.
-pub const METHODS: [IoMethod; 3] = [IoMethod::Sendfile, IoMethod::Mmap, IoMethod::Read];
+pub const METHODS: [IoMethod; 4] = [IoMethod::Sendfile, IoMethod::Mmap, IoMethod::Read, IoMethod::Uring];
+
+const _: () = assert!(METHODS.len() == crate::metrics::FILE_METHODS);
+
+/// The methods a server of `model` sends with: `uring` reads through the
+/// `uring` engine's ring, which the others have not.
+pub fn methods(model: Model) -> &'static [IoMethod] {
+    if model == Model::Uring {
+        &METHODS
+    } else {
+        &METHODS[..3]
+    }
+}
 
 /// Classes whose largest file is at most this go by `mmap` without being
 /// measured.
@@ -37,6 +49,7 @@ pub fn index(m: IoMethod) -> usize {
         IoMethod::Sendfile => 0,
         IoMethod::Mmap => 1,
         IoMethod::Read => 2,
+        IoMethod::Uring => 3,
     }
 }
 
@@ -47,9 +60,9 @@ pub struct ClassChoice {
     /// `"rule"`, `"measured"`, `"profile"`, `"configured"`, `"safe default"`
     /// or `"fixed"`.
     pub basis: &'static str,
-    /// Responses per second over loopback per method ([`METHODS`] order),
-    /// when measured.
-    pub rates: Option<[f64; 3]>,
+    /// Responses per second over loopback per method ([`METHODS`] order;
+    /// 0 for one not measured), when measured.
+    pub rates: Option<[f64; METHODS.len()]>,
 }
 
 /// Where the current choices come from.
@@ -65,6 +78,8 @@ pub struct Report {
 
 pub struct StaticIo {
     mode: IoChoice,
+    /// The methods the engine can send with ([`methods`]).
+    available: &'static [IoMethod],
     /// Upper bounds (inclusive) of every class but the last.
     bounds: Box<[u64]>,
     /// Each class's method, as its index in [`METHODS`].
@@ -76,7 +91,8 @@ impl StaticIo {
     /// The choices the configuration allows before any measurement: the
     /// fixed method, the configured ones, a profile's (read now), or the
     /// safe ones.
-    pub fn new(st: &StaticFiles) -> Result<StaticIo, String> {
+    pub fn new(st: &StaticFiles, model: Model) -> Result<StaticIo, String> {
+        let available = methods(model);
         let bounds: Vec<u64> = st.io_classes.iter().map(|b| b.0).collect();
         let (source, detail, classes) = match (st.io, &st.io_profile) {
             (IoChoice::Fixed(m), _) => {
@@ -95,12 +111,15 @@ impl StaticIo {
                 let source = if classes.iter().any(to_measure) { "calibrating" } else { "configured" };
                 (source, String::new(), classes)
             }
-            (IoChoice::Auto, Some(path)) => ("profile", path.display().to_string(), Profile::load(path, &bounds)?),
+            (IoChoice::Auto, Some(path)) => {
+                ("profile", path.display().to_string(), Profile::load(path, &bounds, available)?)
+            }
             (IoChoice::Auto, None) => ("calibrating", String::new(), safe_choices(&bounds)),
         };
         let methods = classes.iter().map(|c| AtomicU8::new(index(c.method) as u8)).collect();
         Ok(StaticIo {
             mode: st.io,
+            available,
             bounds: bounds.into(),
             methods,
             report: Mutex::new(Report { source, detail, classes }),
@@ -120,6 +139,11 @@ impl StaticIo {
 
     pub fn bounds(&self) -> &[u64] {
         &self.bounds
+    }
+
+    /// The methods a calibration measures.
+    pub fn methods(&self) -> &'static [IoMethod] {
+        self.available
     }
 
     /// The current choice per class (what a calibration starts from).
@@ -168,7 +192,7 @@ impl StaticIo {
         for (i, c) in r.classes.iter().enumerate() {
             let _ = write!(s, "; {} {} [{}", class_name(&self.bounds, i), c.method.name(), c.basis);
             if let Some(rates) = c.rates {
-                for (m, rate) in METHODS.iter().zip(rates) {
+                for (m, rate) in self.available.iter().zip(rates) {
                     let _ = write!(s, " {} {:.0}/s", m.name(), rate);
                 }
             }
@@ -186,7 +210,7 @@ impl StaticIo {
             .enumerate()
             .map(|(i, c)| {
                 let rates = c.rates.map(|rates| {
-                    METHODS
+                    self.available
                         .iter()
                         .zip(rates)
                         .map(|(m, v)| (m.name().to_string(), serde_json::json!(v.round())))
@@ -252,17 +276,20 @@ struct Profile {
     evidence: Vec<Evidence>,
 }
 
-/// Responses per second per method (its `class` key is for the reader).
+/// Responses per second per method (its `class` key is for the reader;
+/// `uring` only in a profile measured under that model).
 #[derive(Deserialize)]
 struct Evidence {
     sendfile: f64,
     mmap: f64,
     read: f64,
+    #[serde(default)]
+    uring: f64,
 }
 
 impl Profile {
     /// Reads a profile measured for exactly these class bounds.
-    fn load(path: &Path, bounds: &[u64]) -> Result<Vec<ClassChoice>, String> {
+    fn load(path: &Path, bounds: &[u64], available: &[IoMethod]) -> Result<Vec<ClassChoice>, String> {
         let at = || format!("static.io_profile: {}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", at()))?;
         let p: Profile = toml::from_str(&text).map_err(|e| format!("{}: {e}", at()))?;
@@ -276,13 +303,16 @@ impl Profile {
         if p.methods.len() != bounds.len() + 1 {
             return Err(format!("{}: `methods` needs {} entries, one per class", at(), bounds.len() + 1));
         }
+        if let Some(m) = p.methods.iter().find(|m| !available.contains(m)) {
+            return Err(format!("{}: method \"{}\" needs server.model = \"uring\"", at(), m.name()));
+        }
         Ok(p.methods
             .iter()
             .enumerate()
             .map(|(i, &method)| ClassChoice {
                 method,
                 basis: "profile",
-                rates: p.evidence.get(i).map(|e| [e.sendfile, e.mmap, e.read]),
+                rates: p.evidence.get(i).map(|e| [e.sendfile, e.mmap, e.read, e.uring]),
             })
             .collect())
     }
@@ -300,18 +330,47 @@ pub fn profile_text(bounds: &[u64], choices: &[ClassChoice], header: &str) -> St
     let _ = writeln!(s, "# The method per class, smallest first.");
     let _ = writeln!(s, "methods = [{}]", list(choices.iter().map(|c| format!("\"{}\"", c.method.name())).collect()));
     for (i, c) in choices.iter().enumerate() {
-        let rates = c.rates.unwrap_or([0.0; 3]);
-        let _ = writeln!(
+        let rates = c.rates.unwrap_or_default();
+        let _ = write!(
             s,
-            "\n# {}: {} ({}); responses per second over loopback, 0 = not measured\n[[evidence]]\nclass = \"{}\"\nsendfile = {:.0}\nmmap = {:.0}\nread = {:.0}",
+            "\n# {}: {} ({}); responses per second over loopback, 0 = not measured\n[[evidence]]\nclass = \"{}\"\n",
             class_name(bounds, i),
             c.method.name(),
             c.basis,
             class_name(bounds, i),
-            rates[0],
-            rates[1],
-            rates[2]
         );
+        // `uring` is measured under its model only.
+        for (m, rate) in METHODS.iter().zip(rates).filter(|&(&m, rate)| m != IoMethod::Uring || rate > 0.0) {
+            let _ = writeln!(s, "{} = {rate:.0}", m.name());
+        }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uring_is_a_method_of_the_uring_model_only_and_profiles_keep_its_evidence() {
+        assert_eq!(methods(Model::Event), &METHODS[..3]);
+        assert!(methods(Model::Uring).contains(&IoMethod::Uring));
+        let bounds = [16 << 10];
+        let mut choices = safe_choices(&bounds);
+        choices[1] = ClassChoice { method: IoMethod::Uring, basis: "measured", rates: Some([1.0, 2.0, 3.0, 4.0]) };
+        let text = profile_text(&bounds, &choices, "test");
+        assert!(text.contains("\nuring = 4\n"), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("io.toml");
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(Profile::load(&path, &bounds, methods(Model::Uring)).unwrap()[1].rates, choices[1].rates);
+        let e = Profile::load(&path, &bounds, methods(Model::Event)).unwrap_err();
+        assert!(e.contains("\"uring\" needs server.model = \"uring\""), "{e}");
+        // Measured without it (another model): no line for it, as before.
+        choices[1] = ClassChoice { method: IoMethod::Mmap, basis: "measured", rates: Some([1.0, 2.0, 3.0, 0.0]) };
+        let text = profile_text(&bounds, &choices, "test");
+        assert!(!text.contains("uring"), "{text}");
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(Profile::load(&path, &bounds, methods(Model::Event)).unwrap()[1].rates, choices[1].rates);
+    }
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine;
-use common::{corpus_dir, exchange_until_close, statuses, Tern, IO_METHODS};
+use common::{corpus_dir, exchange_until_close, io_methods, statuses, Tern};
 
 struct Vector {
     id: String,
@@ -81,7 +81,7 @@ fn corpus_labels_hold_for_every_io_method() {
     let vectors = vectors();
     assert!(vectors.len() > 250, "corpus not found or truncated: {}", vectors.len());
     let site = common::site();
-    for io in IO_METHODS {
+    for io in io_methods() {
         let mut tern = Tern::start(&site.root, io, "", &[]);
         let addr = tern.addr;
         replay(&vectors, io, |raw| exchange_until_close(addr, raw, Duration::from_secs(1)));

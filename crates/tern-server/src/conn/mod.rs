@@ -66,7 +66,7 @@ use state::{Clock, Phase, Timer};
 use transport::{Fill, Ring, RingSend, Transport};
 
 pub use state::{Conn, Status};
-pub use transport::Received;
+pub use transport::{Fetch, Received};
 
 impl Conn {
     pub fn new(key: usize, sock: TcpStream, peer: SocketAddr, w: &Worker<'_>) -> Conn {
@@ -219,6 +219,27 @@ impl Conn {
     /// A send through the ring completed: the bytes it sent, or its error.
     pub fn on_sent(&mut self, shared: &Shared, w: &mut Worker<'_>, result: io::Result<usize>) -> Status {
         self.io.sent(&mut self.out, result, &mut self.timer.bytes, w);
+        self.drive(shared, w)
+    }
+
+    /// The file region the connection asked its engine to read through
+    /// the ring (the `uring` method), taken; the engine reports with
+    /// [`Conn::on_fetched`].
+    pub fn ring_fetch(&mut self) -> Option<Fetch> {
+        self.io.ring.as_mut()?.fetch.take()
+    }
+
+    /// The ring read the bytes at `offset` asked for (or failed to: a read
+    /// that came back short found the file shrunk).
+    pub fn on_fetched(&mut self, shared: &Shared, w: &mut Worker<'_>, offset: u64, got: io::Result<Vec<u8>>) -> Status {
+        self.io.may_write = true;
+        match got {
+            Ok(bytes) => self.out.insert_read(offset, bytes),
+            Err(err) => {
+                self.read_failed(&err);
+                return Status::Closed;
+            }
+        }
         self.drive(shared, w)
     }
 

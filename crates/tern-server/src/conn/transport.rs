@@ -30,10 +30,12 @@
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::body::{Flushed, OutQueue};
 use crate::metrics::WorkerStats;
+use crate::open_files::OpenFile;
 use crate::sys;
 use crate::tls::{Got, Session};
 use crate::worker::{BufPool, Wait, Worker};
@@ -72,6 +74,9 @@ pub(super) struct Ring {
     /// A write made here would block: the engine is to say when the
     /// socket has room.
     pub(super) writable: bool,
+    /// A file region for the engine to read (the `uring` method), until it
+    /// takes it; the connection writes nothing until the bytes are in.
+    pub(super) fetch: Option<Fetch>,
 }
 
 /// A send through the ring.
@@ -83,6 +88,17 @@ pub(super) enum RingSend {
     Wanted,
     /// Submitted; the queue's front stays until it completes.
     InFlight,
+}
+
+/// A file region for the engine's ring to read (the `uring` method).
+pub struct Fetch {
+    pub file: Arc<OpenFile>,
+    pub offset: u64,
+    pub len: usize,
+    /// Known to be in the page cache: the read is made at once. Else it
+    /// goes to the kernel's worker threads straight away, as a file system
+    /// may block a read asked not to (FUSE's `direct_io` does).
+    pub cached: bool,
 }
 
 /// What a receive through the ring brought.
@@ -165,6 +181,16 @@ impl Transport {
             Err(e) => return ring.failed = Some(e),
         }
         self.held_back(out.written, w);
+    }
+
+    /// Asks the engine's ring to read `len` bytes at `offset` of `file`
+    /// (the `uring` method; `cached`: known to be in the page cache);
+    /// false without a ring.
+    pub(super) fn fetch(&mut self, file: &Arc<OpenFile>, offset: u64, len: usize, cached: bool) -> bool {
+        let Some(ring) = self.ring.as_mut() else { return false };
+        ring.fetch = Some(Fetch { file: file.clone(), offset, len, cached });
+        self.may_write = false;
+        true
     }
 
     /// What a receive brought and no read took (the connection moves to

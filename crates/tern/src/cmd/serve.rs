@@ -51,7 +51,7 @@ pub struct Args {
     pub listen: Vec<Listen>,
     /// How static files are sent: one method for all, or `auto` (per size
     /// class, measured on this host; overrides `static.io`).
-    #[arg(long, value_name = "METHOD", value_parser = ["auto", "sendfile", "mmap", "read"])]
+    #[arg(long, value_name = "METHOD", value_parser = ["auto", "sendfile", "mmap", "read", "uring"])]
     pub io: Option<String>,
     /// Worker threads; 0 = one per usable CPU (overrides `server.workers`).
     #[arg(short, long, value_name = "N")]

@@ -11,7 +11,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const IO_METHODS: [&str; 3] = ["sendfile", "mmap", "read"];
+/// Every static I/O method the suite's model sends with: `uring` reads
+/// through the `uring` engine's ring, so only under that model.
+pub fn io_methods() -> Vec<&'static str> {
+    let mut methods = vec!["sendfile", "mmap", "read"];
+    if model().as_deref() == Some("uring") {
+        methods.push("uring");
+    }
+    methods
+}
 
 /// The shared HTTP/1.1 request corpus: `$TERN_HTTP1_CORPUS`, else
 /// `../shared/http1-corpus` beside the repository, else this machine's

@@ -47,10 +47,11 @@ use slab::Slab;
 
 use crate::body::Sending;
 use crate::config::Level;
-use crate::conn::{Conn, Received, Status};
+use crate::conn::{Conn, Fetch, Received, Status};
 use crate::error_log::{self, log};
 use crate::handover::Moved;
 use crate::metrics::Ending;
+use crate::open_files::OpenFile;
 use crate::shared::Shared;
 use crate::worker::Worker;
 
@@ -77,6 +78,9 @@ struct Entry {
     send: Option<Box<Sending>>,
     /// A poll for room is in flight.
     writable: bool,
+    /// The file read in flight (the `uring` method): its buffer, the file
+    /// and the offset.
+    read: Option<Reading>,
     /// It moves to the successor once its receive is cancelled.
     leaving: bool,
 }
@@ -86,6 +90,21 @@ struct Entry {
 /// kernel too old).
 pub fn probe() -> io::Result<()> {
     Ring::new().map(drop)
+}
+
+/// A file region being read through the ring into `buf`.
+struct Reading {
+    buf: Vec<u8>,
+    file: Arc<OpenFile>,
+    offset: u64,
+}
+
+/// What operation `op` of a closed connection still uses (a send's
+/// message, a read's buffer), kept until its completion.
+struct Held {
+    op: Op,
+    send: Option<Box<Sending>>,
+    _read: Option<Reading>,
 }
 
 /// Runs worker `index` until shutdown. Sends its waker (or the error that
@@ -279,9 +298,9 @@ struct Reactor<'s> {
     /// send in flight points into its own.
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Sending>>,
-    /// Sends in flight of connections that closed: kept until their
-    /// completion, the kernel may still read them.
-    orphans: Vec<(Tag, Box<Sending>)>,
+    /// Sends and reads in flight of connections that closed: kept until
+    /// their completion, the kernel may still use them.
+    orphans: Vec<Held>,
     /// The generation of the last connection.
     gen: u32,
     listeners: Vec<TcpListener>,
@@ -345,6 +364,7 @@ impl Reactor<'_> {
             Op::Recv(tag) => self.received(w, tag, d),
             Op::Send(tag) => self.sent(w, tag, d),
             Op::Writable(tag) => self.writable(w, tag, d),
+            Op::Read(tag) => self.fetched(w, tag, d),
             Op::Cancel => {}
         }
     }
@@ -381,11 +401,19 @@ impl Reactor<'_> {
         self.settle(w, tag.key, status);
     }
 
+    /// What a closed connection's operation `op` used, now free.
+    fn orphan(&mut self, op: Op) -> bool {
+        let Some(at) = self.orphans.iter().position(|h| h.op == op) else { return false };
+        if let Some(s) = self.orphans.swap_remove(at).send {
+            self.reuse(s);
+        }
+        true
+    }
+
     fn sent(&mut self, w: &mut Worker<'_>, tag: Tag, d: Done) {
         self.ops -= 1;
-        if let Some(at) = self.orphans.iter().position(|(t, _)| *t == tag) {
-            let (_, s) = self.orphans.swap_remove(at);
-            return self.reuse(s);
+        if self.orphan(Op::Send(tag)) {
+            return;
         }
         let shared = self.shared;
         let Some(e) = self.entry(tag) else { return };
@@ -393,6 +421,28 @@ impl Reactor<'_> {
         let outcome = s.outcome(d.result);
         let status = front::guarded(w, &mut e.conn, |c, w| c.on_sent(shared, w, outcome));
         self.reuse(s);
+        self.settle(w, tag.key, status);
+    }
+
+    fn fetched(&mut self, w: &mut Worker<'_>, tag: Tag, d: Done) {
+        self.ops -= 1;
+        if self.orphan(Op::Read(tag)) {
+            return;
+        }
+        let shared = self.shared;
+        let Some(e) = self.entry(tag) else { return };
+        let Some(Reading { mut buf, file, offset }) = e.read.take() else { return };
+        let got = match usize::try_from(d.result) {
+            // A regular file reads short only at its end: it shrank.
+            Ok(n) if n == buf.capacity() => {
+                // SAFETY: the kernel wrote `n` bytes, the buffer's capacity.
+                unsafe { buf.set_len(n) };
+                Ok(buf)
+            }
+            Ok(_) => Err(file.shrank()),
+            Err(_) => Err(io::Error::from_raw_os_error(-d.result)),
+        };
+        let status = front::guarded(w, &mut e.conn, |c, w| c.on_fetched(shared, w, offset, got));
         self.settle(w, tag.key, status);
     }
 
@@ -436,8 +486,16 @@ impl Reactor<'_> {
     /// Puts `conn` (made with the slab's vacant key) in the slab.
     fn insert(&mut self, conn: Conn) -> usize {
         self.gen = Tag::next_gen(self.gen);
-        let entry =
-            Entry { conn, gen: self.gen, ring: false, recv: false, send: None, writable: false, leaving: false };
+        let entry = Entry {
+            conn,
+            gen: self.gen,
+            ring: false,
+            recv: false,
+            send: None,
+            writable: false,
+            read: None,
+            leaving: false,
+        };
         self.conns.insert(entry)
     }
 
@@ -574,6 +632,18 @@ impl Reactor<'_> {
             e.writable = true;
             self.ops += 1;
         }
+        if e.read.is_none() {
+            if let Some(Fetch { file, offset, len, cached }) = e.conn.ring_fetch() {
+                let mut reading = Reading { buf: Vec::with_capacity(len), file, offset };
+                let (file, buf) = (reading.file.file.as_raw_fd(), reading.buf.as_mut_ptr());
+                // SAFETY: the buffer (moved with its heap block in place)
+                // is kept, in the entry or with the orphans, until the
+                // read completes.
+                unsafe { self.ring.read(file, buf, len, offset, cached, tag) };
+                e.read = Some(reading);
+                self.ops += 1;
+            }
+        }
     }
 
     /// At the connection cap: closes the longest-idle keep-alive
@@ -599,7 +669,11 @@ impl Reactor<'_> {
         }
         if let Some(s) = e.send.take() {
             self.ring.cancel(Op::Send(tag));
-            self.orphans.push((tag, s));
+            self.orphans.push(Held { op: Op::Send(tag), send: Some(s), _read: None });
+        }
+        if let Some(fetch) = e.read.take() {
+            self.ring.cancel(Op::Read(tag));
+            self.orphans.push(Held { op: Op::Read(tag), send: None, _read: Some(fetch) });
         }
         // Counted as closed before the socket is: a client that sees the
         // close may ask the status page (another worker) at once.

@@ -37,6 +37,8 @@ pub enum Op {
     /// A socket has room again (a one-shot poll for a write the
     /// connection made itself that would have blocked).
     Writable(Tag),
+    /// A file region read for a connection (the `uring` method).
+    Read(Tag),
     /// A cancellation that failed (the operation had ended).
     Cancel,
 }
@@ -61,6 +63,7 @@ impl Op {
             Op::Send(t) => (4, t.encode()),
             Op::Writable(t) => (5, t.encode()),
             Op::Cancel => (6, 0),
+            Op::Read(t) => (7, t.encode()),
         };
         (kind << KIND_SHIFT) | low
     }
@@ -75,6 +78,7 @@ impl Op {
             4 => Op::Send(tag),
             5 => Op::Writable(tag),
             6 => Op::Cancel,
+            7 => Op::Read(tag),
             _ => return None,
         })
     }
@@ -184,6 +188,19 @@ impl Ring {
         self.push(opcode::SendMsg::new(Fd(fd), msg).flags(flags).build().user_data(Op::Send(tag).encode()));
     }
 
+    /// Reads `len` bytes at `offset` of `file` into `buf`: at once when
+    /// `cached`, else in the kernel's worker threads from the start (a
+    /// read tried at once may block the worker on some file systems).
+    ///
+    /// # Safety
+    /// `buf` stays valid, and holds `len` bytes, until the completion.
+    pub unsafe fn read(&mut self, file: RawFd, buf: *mut u8, len: usize, offset: u64, cached: bool, tag: Tag) {
+        let len = u32::try_from(len).unwrap_or(u32::MAX);
+        let entry = opcode::Read::new(Fd(file), buf, len).offset(offset).build();
+        let entry = if cached { entry } else { entry.flags(Flags::ASYNC) };
+        self.push(entry.user_data(Op::Read(tag).encode()));
+    }
+
     /// Cancels the operation `op` names (its completion still comes).
     pub fn cancel(&mut self, op: Op) {
         let entry = opcode::AsyncCancel::new(op.encode()).build();
@@ -246,7 +263,8 @@ mod tests {
     #[test]
     fn user_data_names_the_operation_and_the_connection() {
         let tag = Tag { key: 123_456, gen: Tag::next_gen(GEN_MASK as u32 - 1) };
-        for op in [Op::Accept(3), Op::Epoll, Op::Recv(tag), Op::Send(tag), Op::Writable(tag), Op::Cancel] {
+        for op in [Op::Accept(3), Op::Epoll, Op::Recv(tag), Op::Send(tag), Op::Writable(tag), Op::Cancel, Op::Read(tag)]
+        {
             assert_eq!(Op::decode(op.encode()), Some(op));
         }
         assert_eq!(Tag::next_gen(GEN_MASK as u32), 0, "generations wrap within their bits");
