@@ -101,6 +101,14 @@ pub struct Server {
     /// request usually finds it awake; backs off while polls find nothing.
     /// 0 = sleep at once; at most `"1ms"`. Default `"50us"`.
     pub busy_poll: Seconds,
+    /// `uring`: after a turn with work, how long a worker lets completions
+    /// gather before it wakes for them (io_uring's minimum wait, Linux
+    /// 6.12 or later): at a steady rate, one wake-up serves several
+    /// requests, for at most this much more time per response. Not while
+    /// a worker holds a single connection (its client waits for each
+    /// answer). 0 = wake at the first completion; at most `"10ms"`.
+    /// Default 0.
+    pub batch_wait: Seconds,
     /// How long the kernel holds a new connection before waking a worker
     /// for it while the client has sent nothing (`TCP_DEFER_ACCEPT`): a
     /// connection is accepted with its request (or TLS hello) in hand, one
@@ -131,6 +139,7 @@ impl Default for Server {
             group: String::new(),
             reload_drain_timeout: Seconds(Duration::ZERO),
             busy_poll: Seconds(Duration::from_micros(50)),
+            batch_wait: Seconds(Duration::ZERO),
             defer_accept: Seconds(Duration::from_secs(1)),
         }
     }
@@ -1320,6 +1329,12 @@ impl Config {
                 "must be at most \"1ms\" (0 = off)",
             ),
             (
+                self.server.batch_wait.0 > Duration::from_millis(10),
+                "server",
+                "batch_wait",
+                "must be at most \"10ms\" (0 = off)",
+            ),
+            (
                 self.server.defer_accept.0.subsec_nanos() != 0 || self.server.defer_accept.0 > Duration::from_secs(60),
                 "server",
                 "defer_accept",
@@ -1498,6 +1513,12 @@ mod tests {
         assert_eq!(parse("[server]\ndefer_accept = 0\n").unwrap().server.defer_accept.0, Duration::ZERO);
         assert_eq!(parse("[server]\nbusy_poll = \"200us\"\n").unwrap().server.busy_poll.0, Duration::from_micros(200));
         assert_eq!(parse("[server]\nbusy_poll = 0\n").unwrap().server.busy_poll.0, Duration::ZERO);
+        assert_eq!(Config::default().server.batch_wait.0, Duration::ZERO);
+        assert_eq!(
+            parse("[server]\nbatch_wait = \"200us\"\n").unwrap().server.batch_wait.0,
+            Duration::from_micros(200)
+        );
+        assert!(parse("[server]\nbatch_wait = \"11ms\"\n").unwrap_err().contains("server.batch_wait: must be at most"));
         for (text, wanted) in [
             ("[server]\nthreads = 0\n", "line 2: server.threads: must be between 1 and 100000"),
             ("[staged]\nread_threads = 1\nhandle_threads = 0\n", "line 3: staged.handle_threads: must be between 1"),

@@ -28,7 +28,9 @@
 //! hand-over on reload is too, a connection leaving once its receive is
 //! cancelled (bytes it brought meanwhile are answered here first). It
 //! does not poll busily before it sleeps: a wait is one system call for
-//! every connection's completions.
+//! every connection's completions; with `server.batch_wait`, a wait after
+//! a busy turn lets them gather that long, so a steady load wakes the
+//! worker once for several requests.
 
 mod bufs;
 mod ring;
@@ -89,7 +91,7 @@ struct Entry {
 /// says why not: no io_uring, a sysctl or seccomp profile refusing it, a
 /// kernel too old).
 pub fn probe() -> io::Result<()> {
-    Ring::new().map(drop)
+    Ring::new(Duration::ZERO).map(drop)
 }
 
 /// A file region being read through the ring into `buf`.
@@ -118,7 +120,7 @@ pub fn run(
     inbox: Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
 ) {
-    let parts = Ring::new().and_then(|ring| {
+    let parts = Ring::new(shared.config.server.batch_wait.0).and_then(|ring| {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
         Ok((ring, poll, waker))
@@ -196,7 +198,11 @@ pub fn run(
         if doorbell.is_rung() {
             timeout = Duration::ZERO;
         }
-        if let Err(e) = r.ring.wait(timeout) {
+        // Completions may gather (`server.batch_wait`) after a turn with
+        // work, unless the worker holds one connection: its client waits
+        // for each answer before it sends again.
+        let busy = !done.is_empty() && r.conns.len() > 1;
+        if let Err(e) = r.ring.wait(timeout, busy) {
             log!(Level::Error, "worker {index}: io_uring wait failed: {e}");
             break;
         }
@@ -695,7 +701,7 @@ impl Reactor<'_> {
         let deadline = Instant::now() + DRAIN;
         let (mut done, mut accepted) = (Vec::new(), Vec::new());
         while self.ops > 0 && Instant::now() < deadline {
-            if self.ring.wait(Duration::from_millis(100)).is_err() {
+            if self.ring.wait(Duration::from_millis(100), false).is_err() {
                 break;
             }
             self.ring.completions(&mut done);

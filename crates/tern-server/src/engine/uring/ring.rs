@@ -103,14 +103,21 @@ pub struct Done {
     pub flags: u32,
 }
 
+/// Completions a batched wait gathers at most before it wakes early.
+const BATCH: usize = 64;
+
 pub struct Ring {
     ring: IoUring,
+    /// The longest a wait after a busy turn lets completions gather
+    /// (`server.batch_wait`; zero where the kernel cannot).
+    batch: Duration,
 }
 
 impl Ring {
-    /// A ring for the calling thread; an error says why io_uring cannot
-    /// be had here ([`unavailable`]).
-    pub fn new() -> io::Result<Ring> {
+    /// A ring for the calling thread that lets completions gather for up
+    /// to `batch` after a busy turn; an error says why io_uring cannot be
+    /// had here ([`unavailable`]).
+    pub fn new(batch: Duration) -> io::Result<Ring> {
         let ring = IoUring::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
@@ -133,7 +140,14 @@ impl Ring {
                 "io_uring lacks operation {op} here: server.model = \"uring\" needs Linux 6.1 or later"
             )));
         }
-        Ok(Ring { ring })
+        if !batch.is_zero() && !ring.params().is_feature_min_timeout() {
+            crate::error_log::log!(
+                crate::config::Level::Warn,
+                "server.batch_wait: this kernel's io_uring cannot wait a minimum time (Linux 6.12 or later): off"
+            );
+        }
+        let batch = if ring.params().is_feature_min_timeout() { batch } else { Duration::ZERO };
+        Ok(Ring { ring, batch })
     }
 
     pub fn submitter(&self) -> io_uring::Submitter<'_> {
@@ -214,11 +228,17 @@ impl Ring {
     }
 
     /// Submits what is queued and waits up to `timeout` for a completion:
-    /// the loop turn's one system call.
-    pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+    /// the loop turn's one system call. After a `busy` turn, completions
+    /// may gather for the batch time first (up to [`BATCH`] of them).
+    pub fn wait(&mut self, timeout: Duration, busy: bool) -> io::Result<()> {
         let ts = Timespec::from(timeout);
         let args = SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
+        let gather = busy && !self.batch.is_zero() && timeout > self.batch;
+        let (want, args) = match gather {
+            true => (BATCH, args.min_wait_usec(u32::try_from(self.batch.as_micros()).unwrap_or(u32::MAX))),
+            false => (1, args),
+        };
+        match self.ring.submitter().submit_with_args(want, &args) {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => Ok(()),
             Err(e) => Err(e),
