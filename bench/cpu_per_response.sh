@@ -27,8 +27,11 @@
 #   -r, --reps N         rounds (medians of N)                REPS=5
 #   -c, --connections N  connections of the load              CONNS=64
 #   -s, --servers LIST   comma list of tern-default,tern-uring,tern-uring-io,
-#                        nginx,lighttpd,h2o,minimal          SERVERS=tern-default,
-#                                                  tern-uring,nginx,lighttpd,h2o,minimal
+#                        tern-uring-batch,nginx,lighttpd,h2o,minimal
+#                          SERVERS=tern-default,tern-uring,tern-uring-batch,
+#                                  nginx,lighttpd,h2o,minimal
+#                        (tern-uring-batch: server.batch_wait = BATCH_WAIT,
+#                        default "200us"; see bench/lib/servers.sh)
 #       --cases LIST     size:rate pairs           CASES=1k:20000,40k:12000,1m:1200
 #       --warmup S       warm-up seconds per server and case  WARMUP=1
 #       --no-syscalls    skip the system-call counts          NO_SYSCALLS=1
@@ -51,7 +54,7 @@ source "$ROOT/bench/lib/servers.sh"
 DUR=${DUR:-5}
 REPS=${REPS:-5}
 CONNS=${CONNS:-64}
-SERVERS=${SERVERS:-tern-default,tern-uring,nginx,lighttpd,h2o,minimal}
+SERVERS=${SERVERS:-tern-default,tern-uring,tern-uring-batch,nginx,lighttpd,h2o,minimal}
 CASES=${CASES:-1k:20000,40k:12000,1m:1200}
 WARMUP=${WARMUP:-1}
 NO_SYSCALLS=${NO_SYSCALLS:-0}
@@ -61,7 +64,7 @@ WORKERS=1
 PIN=1
 
 readonly PACKAGES=(nginx lighttpd h2o curl gcc libc6-dev python3 procps iproute2 util-linux linux-perf)
-readonly ALL_SERVERS=(tern-default tern-uring tern-uring-io nginx lighttpd h2o minimal)
+readonly ALL_SERVERS=(tern-default tern-uring tern-uring-io tern-uring-batch nginx lighttpd h2o minimal)
 declare -A SIZE_BYTES=([1k]=1024 [40k]=40960 [1m]=1048576)
 
 parse_args() {

@@ -12,8 +12,9 @@
 #
 # tern's variants: tern-default (the defaults: event, static.io "auto"),
 # tern-sendfile, tern-mmap, tern-read (one I/O method), tern-uring
-# (server.model "uring", static.io "auto") and tern-uring-io (the uring
-# model with static.io "uring").
+# (server.model "uring", static.io "auto"), tern-uring-io (the uring
+# model with static.io "uring") and tern-uring-batch (the uring model with
+# server.batch_wait = BATCH_WAIT, default "200us").
 
 # Files of exactly 1 KiB, 40 KiB and 1 MiB with deterministic content.
 make_docroot() {
@@ -72,6 +73,9 @@ start_server() {
                 tern-default) ;;
                 tern-uring) cmd+=(--model uring) ;;
                 tern-uring-io) cmd+=(--model uring --io uring) ;;
+                tern-uring-batch)
+                    cmd+=(--model uring)
+                    sed -i "s/^\[server\]\$/[server]\nbatch_wait = \"${BATCH_WAIT:-200us}\"/" "$RUNDIR/tern.toml" ;;
                 *) cmd+=(--io "${name#tern-}") ;;
             esac ;;
     esac
@@ -96,7 +100,7 @@ start_server() {
         return 1
     fi
     # After the start-up calibration: its reader threads may run anywhere.
-    [[ $name != tern-default && $name != tern-uring ]] || save_io_decision "$name"
+    [[ $name != tern-default && $name != tern-uring* ]] || save_io_decision "$name"
     check_pinning "$name"
     return 0
 }

@@ -55,7 +55,7 @@ use crate::handover::Moved;
 use crate::metrics::Ending;
 use crate::open_files::OpenFile;
 use crate::shared::Shared;
-use crate::worker::Worker;
+use crate::worker::{BufPool, Worker};
 
 use super::front::{self, WAKE};
 use super::watch::{self, Links, Ready, FILES};
@@ -120,19 +120,16 @@ pub fn run(
     inbox: Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
 ) {
-    let parts = Ring::new(shared.config.server.batch_wait.0).and_then(|ring| {
+    let setup = || -> io::Result<_> {
+        let ring = Ring::new(shared.config.server.batch_wait.0)?;
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
-        Ok((ring, poll, waker))
-    });
-    let (ring, poll, waker) = match parts {
-        Ok(parts) => parts,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
-        }
+        let watch = watch::watcher(&poll, &waker, shared.site.fastcgi.links)?;
+        // The ring's first buffers; the worker's pool replaces them.
+        let bufs = Buffers::new(&ring, &mut BufPool::default())?;
+        Ok((ring, bufs, poll, waker, watch))
     };
-    let (watcher, doorbell, links) = match watch::watcher(&poll, &waker, shared.site.fastcgi.links) {
+    let (ring, bufs, poll, waker, (watcher, doorbell, links)) = match setup() {
         Ok(parts) => parts,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -140,13 +137,6 @@ pub fn run(
         }
     };
     let mut w = shared.worker(index, Box::new(watcher));
-    let bufs = match Buffers::new(&ring, &mut w.pool) {
-        Ok(bufs) => bufs,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
-        }
-    };
     let _ = ready.send(Ok(waker));
     // A reactor: what may wait for a disk goes to the I/O pool.
     w.offload = shared.offload.as_ref();
