@@ -472,8 +472,10 @@ impl OutQueue {
 
     /// Whether the queue's front is for a `sendmsg` through an engine's
     /// ring ([`OutQueue::gather_into`]); else it goes by
-    /// [`OutQueue::flush`] (a `sendfile` or `read` region, a cold one,
-    /// nothing).
+    /// [`OutQueue::flush`]: a `sendfile` or `read` region, a cold one,
+    /// nothing — or a head a `sendfile` or `read` region follows, which
+    /// leaves with it as under any engine (`MSG_MORE`, then the region at
+    /// once, rather than a completion later).
     pub fn ring_ready(&mut self) -> bool {
         if self.offload && self.cold_region().is_some() {
             return false;
@@ -482,7 +484,9 @@ impl OutQueue {
             self.segments.front(),
             Some(Segment::Buf { .. } | Segment::Shared { .. } | Segment::File { method: IoMethod::Mmap, .. })
         );
-        gatherable && self.gather().count > 0
+        let g = self.gather();
+        let written_here = |s: &Segment| matches!(s, Segment::File { method: IoMethod::Sendfile | IoMethod::Read, .. });
+        gatherable && g.count > 0 && !self.segments.get(g.count).is_some_and(written_here)
     }
 
     /// Gathers the queue's front into `s` for a `sendmsg` through an

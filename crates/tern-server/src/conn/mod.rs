@@ -243,10 +243,10 @@ impl Conn {
         self.drive(shared, w)
     }
 
-    /// Whether a write made by the connection itself would have blocked
-    /// (the engine is to report when its socket has room, as writable).
-    pub fn wants_writable(&mut self) -> bool {
-        self.io.ring.as_mut().is_some_and(|r| std::mem::take(&mut r.writable))
+    /// Whether a write made by the connection itself blocked and it waits
+    /// for room (the engine reports it with [`Conn::on_ready`], writable).
+    pub fn wants_writable(&self) -> bool {
+        self.io.ring.as_ref().is_some_and(|r| r.writable)
     }
 
     /// The backend's descriptor (or the I/O pool's signal) may have become

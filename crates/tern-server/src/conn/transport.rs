@@ -208,6 +208,9 @@ impl Transport {
         self.may_read |= readable || read_closed;
         self.eof_pending |= read_closed;
         self.may_write |= writable;
+        if let Some(ring) = self.ring.as_mut().filter(|_| writable) {
+            ring.writable = false;
+        }
     }
 
     /// The directions not known to be ready, for a blocking engine.

@@ -78,7 +78,7 @@ struct Entry {
     recv: bool,
     /// The send in flight, and what it reads.
     send: Option<Box<Sending>>,
-    /// A poll for room is in flight.
+    /// Its socket's poll for room is armed (multishot, kept once armed).
     writable: bool,
     /// The file read in flight (the `uring` method): its buffer, the file
     /// and the offset.
@@ -442,16 +442,21 @@ impl Reactor<'_> {
         self.settle(w, tag.key, status);
     }
 
+    /// The socket's poll for room reported (room, an error, or its end):
+    /// a connection waiting for room is told.
     fn writable(&mut self, w: &mut Worker<'_>, tag: Tag, d: Done) {
-        self.ops -= 1;
+        let more = cqueue::more(d.flags);
+        if !more {
+            self.ops -= 1;
+        }
         let shared = self.shared;
         let Some(e) = self.entry(tag) else { return };
-        e.writable = false;
-        let status = if d.result == -libc::ECANCELED {
-            Status::Open
-        } else {
-            let hangup = d.result < 0 || d.result & i32::from(libc::POLLERR | libc::POLLHUP) != 0;
+        e.writable &= more;
+        let status = if d.result >= 0 && e.conn.wants_writable() {
+            let hangup = d.result & i32::from(libc::POLLERR | libc::POLLHUP) != 0;
             front::guarded(w, &mut e.conn, |c, w| c.on_ready(shared, w, false, true, false, hangup))
+        } else {
+            Status::Open
         };
         self.settle(w, tag.key, status);
     }

@@ -181,10 +181,12 @@ impl Ring {
         self.push(opcode::PollAdd::new(Fd(fd), libc::POLLIN as u32).multi(true).build().user_data(op.encode()));
     }
 
-    /// Reports once when `fd` has room (or an error).
+    /// Reports each time `fd` gets room (or an error), edge-triggered,
+    /// until cancelled: armed once, where a poll per wait would be armed
+    /// and torn down for every write that blocks.
     pub fn poll_writable(&mut self, fd: RawFd, tag: Tag) {
         let mask = (libc::POLLOUT | libc::POLLERR | libc::POLLHUP) as u32;
-        self.push(opcode::PollAdd::new(Fd(fd), mask).build().user_data(Op::Writable(tag).encode()));
+        self.push(opcode::PollAdd::new(Fd(fd), mask).multi(true).build().user_data(Op::Writable(tag).encode()));
     }
 
     /// Receives into a buffer of group `group`.
