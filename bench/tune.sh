@@ -12,7 +12,7 @@
 #    static files (the default's start-up calibration, a fraction of a
 #    second), so no calibration measures while another runs.
 # 3. For every steady workload the battery judges its choices on (the same
-#    list as tern tune's, crates/tern/src/cmd/tune/batteries.rs) - static
+#    list as tern tune's, crates/tern-experiments/src/tune/batteries.rs) - static
 #    files of 1 KiB, 16 KiB, 64 KiB, 256 KiB and 1 MiB (io, read_chunk,
 #    model), a CGI program sending 1 MiB (pipe_buffer, model), the
 #    41,518-byte HTML page with gzip, br and zstd, from the compression

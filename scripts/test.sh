@@ -14,9 +14,10 @@ cd "$(dirname "$0")/.."
 # screenshots; openssl (s_client) checks the TLS versions, SNI and resumption;
 # fuse3 (fusermount3) and python3-fusepy mount the slow file system of the
 # slow-disk test; hyperfine is the reference the probe's command timing is
-# checked against.
+# checked against; wrk drives the sites' reload under load, checking every
+# response with a script.
 scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium \
-    fuse3 python3-fusepy hyperfine
+    fuse3 python3-fusepy hyperfine wrk
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test
@@ -34,7 +35,7 @@ cargo test --workspace --locked
 suite=(--test static_files --test static_io --test corpus --test traversal --test hidden_files
     --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings
     --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst
-    --test operations --test reload)
+    --test operations --test reload --test sites)
 for model in pool staged per-request uring; do
     echo "== end-to-end suite, server.model = $model"
     extra=()

@@ -1,5 +1,7 @@
 //! `Accept-Encoding` negotiation with q-values (RFC 9110 §12.5.3).
 
+use crate::qlist::{self, Quality};
+
 /// The content codings tern can produce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Coding {
@@ -40,9 +42,6 @@ impl Coding {
     }
 }
 
-/// A quality in thousandths (`q=0.5` is 500).
-pub type Quality = u16;
-
 /// The client's stated preferences.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Preferences {
@@ -53,39 +52,13 @@ pub struct Preferences {
     absent: bool,
 }
 
-fn parse_q(v: &[u8]) -> Option<Quality> {
-    match v {
-        [b'0'] => Some(0),
-        [b'1'] => Some(1000),
-        [b'0', b'.', frac @ ..] if frac.len() <= 3 && frac.iter().all(u8::is_ascii_digit) => {
-            let mut q = 0u16;
-            for i in 0..3 {
-                q = q * 10 + frac.get(i).map_or(0, |d| u16::from(d - b'0'));
-            }
-            Some(q)
-        }
-        [b'1', b'.', zeros @ ..] if zeros.len() <= 3 && zeros.iter().all(|&d| d == b'0') => Some(1000),
-        _ => None,
-    }
-}
-
 impl Preferences {
     /// Parses every `Accept-Encoding` value of a request (none: `absent`).
     pub fn parse<'a>(values: impl Iterator<Item = &'a [u8]>) -> Preferences {
         let mut p = Preferences { explicit: [None; 4], star: None, absent: true };
         for value in values {
             p.absent = false;
-            for element in value.split(|&b| b == b',').map(<[u8]>::trim_ascii).filter(|e| !e.is_empty()) {
-                let mut parts = element.split(|&b| b == b';').map(<[u8]>::trim_ascii);
-                let coding = parts.next().unwrap_or_default();
-                let mut q = Some(1000);
-                for param in parts {
-                    if let Some(v) = param.strip_prefix(b"q=").or_else(|| param.strip_prefix(b"Q=")) {
-                        q = parse_q(v);
-                    }
-                }
-                // An element with an invalid qvalue is ignored.
-                let Some(q) = q else { continue };
+            for (coding, q) in qlist::elements(value) {
                 if coding == b"*" {
                     p.star = Some(q);
                 } else if let Some(c) = Coding::from_token(coding) {
@@ -157,15 +130,5 @@ mod tests {
         assert_eq!(choose(&["gzip;q=2"]), Some(Identity));
         assert_eq!(choose(&["gzip;q=0.001"]), Some(Gzip));
         assert_eq!(choose(&["zstd;q=0.9", "gzip;q=0.8"]), Some(Zstd));
-    }
-
-    #[test]
-    fn qvalues() {
-        assert_eq!(parse_q(b"0.5"), Some(500));
-        assert_eq!(parse_q(b"0.125"), Some(125));
-        assert_eq!(parse_q(b"1.000"), Some(1000));
-        assert_eq!(parse_q(b"1.5"), None);
-        assert_eq!(parse_q(b"0.1234"), None);
-        assert_eq!(parse_q(b".5"), None);
     }
 }

@@ -1,5 +1,6 @@
 //! Dates: the `Date` header and the access-log timestamp, formatted at most
-//! once a second, and HTTP-date parsing for conditional requests.
+//! once a second, HTTP-date parsing for conditional requests, and RFC 3339
+//! for directory listings.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,6 +35,11 @@ impl DateCache {
     /// The IMF-fixdate for the `Date` header.
     pub fn http(&self) -> &[u8; 29] {
         &self.http
+    }
+
+    /// The second it holds, since the epoch.
+    pub fn second(&self) -> u64 {
+        self.second
     }
 
     /// The Common Log Format timestamp (UTC), without brackets.
@@ -75,23 +81,44 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-fn format_clf(second: u64) -> [u8; 26] {
-    let days = (second / 86_400) as i64;
+/// `v` (below 100) as two digits at `out[at..at + 2]`.
+fn two_digits(out: &mut [u8], at: usize, v: u64) {
+    out[at] = b'0' + (v / 10) as u8;
+    out[at + 1] = b'0' + (v % 10) as u8;
+}
+
+/// Year (clamped to four digits), month, day, hour, minute, second.
+fn civil(second: u64) -> (u64, u32, u32, u64, u64, u64) {
+    let (year, month, day) = civil_from_days((second / 86_400) as i64);
     let rem = second % 86_400;
-    let (year, month, day) = civil_from_days(days);
+    (year.clamp(0, 9999) as u64, month, day, rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+fn format_clf(second: u64) -> [u8; 26] {
+    let (year, month, day, h, m, s) = civil(second);
     let mut out = *b"00/Jan/0000:00:00:00 +0000";
-    let two = |out: &mut [u8; 26], at: usize, v: u64| {
-        out[at] = b'0' + (v / 10) as u8;
-        out[at + 1] = b'0' + (v % 10) as u8;
-    };
-    two(&mut out, 0, u64::from(day));
+    two_digits(&mut out, 0, u64::from(day));
     out[3..6].copy_from_slice(MONTHS[month as usize - 1]);
-    let year = year.clamp(0, 9999) as u64;
-    two(&mut out, 7, year / 100);
-    two(&mut out, 9, year % 100);
-    two(&mut out, 12, rem / 3600);
-    two(&mut out, 15, rem / 60 % 60);
-    two(&mut out, 18, rem % 60);
+    two_digits(&mut out, 7, year / 100);
+    two_digits(&mut out, 9, year % 100);
+    two_digits(&mut out, 12, h);
+    two_digits(&mut out, 15, m);
+    two_digits(&mut out, 18, s);
+    out
+}
+
+/// Whole seconds since the epoch as an RFC 3339 UTC timestamp,
+/// `1994-11-06T08:49:37Z`.
+pub fn format_rfc3339(second: u64) -> [u8; 20] {
+    let (year, month, day, h, m, s) = civil(second);
+    let mut out = *b"0000-00-00T00:00:00Z";
+    two_digits(&mut out, 0, year / 100);
+    two_digits(&mut out, 2, year % 100);
+    two_digits(&mut out, 5, u64::from(month));
+    two_digits(&mut out, 8, u64::from(day));
+    two_digits(&mut out, 11, h);
+    two_digits(&mut out, 14, m);
+    two_digits(&mut out, 17, s);
     out
 }
 
@@ -107,6 +134,9 @@ mod tests {
         assert_eq!(cache.clf(), b"06/Nov/1994:08:49:37 +0000");
         let leap = DateCache::new(UNIX_EPOCH + Duration::from_secs(951_782_400));
         assert_eq!(leap.clf(), b"29/Feb/2000:00:00:00 +0000");
+        assert_eq!(&format_rfc3339(784_111_777), b"1994-11-06T08:49:37Z");
+        assert_eq!(&format_rfc3339(951_782_400), b"2000-02-29T00:00:00Z");
+        assert_eq!(&format_rfc3339(0), b"1970-01-01T00:00:00Z");
     }
 
     #[test]

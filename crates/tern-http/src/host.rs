@@ -75,9 +75,34 @@ pub fn valid_authority(value: &[u8], allow_empty: bool) -> bool {
     !host.is_empty() && valid_name(host) && port.is_none_or(valid_port)
 }
 
+/// The host of an authority [`valid_authority`] accepted, without its port:
+/// `a.example:8080` → `a.example`, `[::1]:8080` → `[::1]`.
+pub fn without_port(authority: &[u8]) -> &[u8] {
+    let end = if authority.starts_with(b"[") {
+        authority.iter().position(|&b| b == b']').map_or(authority.len(), |i| i + 1)
+    } else {
+        authority.iter().rposition(|&b| b == b':').unwrap_or(authority.len())
+    };
+    &authority[..end]
+}
+
 #[cfg(test)]
 mod tests {
-    use super::valid_authority;
+    use super::{valid_authority, without_port};
+
+    #[test]
+    fn the_port_is_dropped() {
+        for (authority, host) in [
+            (&b"a.example"[..], &b"a.example"[..]),
+            (b"a.example:443", b"a.example"),
+            (b"127.0.0.1:80", b"127.0.0.1"),
+            (b"[::1]:8080", b"[::1]"),
+            (b"[2001:db8::1]", b"[2001:db8::1]"),
+            (b"", b""),
+        ] {
+            assert_eq!(without_port(authority), host, "{}", String::from_utf8_lossy(authority));
+        }
+    }
 
     #[test]
     fn accepts_names_addresses_and_literals() {

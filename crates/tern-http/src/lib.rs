@@ -15,6 +15,7 @@ pub mod fuzzing;
 pub mod host;
 pub mod method;
 pub mod path;
+pub mod qlist;
 pub mod range;
 pub mod request;
 pub mod response;

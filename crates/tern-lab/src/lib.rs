@@ -9,4 +9,5 @@ pub mod agent;
 pub mod dashboard;
 pub mod load;
 pub mod probe;
+pub mod remote;
 pub mod store;

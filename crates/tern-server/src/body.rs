@@ -21,8 +21,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::config::IoMethod;
 use crate::open_files::OpenFile;
+use crate::static_io::IoMethod;
 use crate::sys;
 use crate::tls::{self, Session};
 

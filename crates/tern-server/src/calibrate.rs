@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 use io_uring::{opcode, types::Fd, IoUring};
 
 use crate::body::{Flushed, OutQueue, Sending};
-use crate::config::{IoMethod, Limits, StaticFiles};
+use crate::limits::Limits;
 use crate::open_files::OpenFile;
 use crate::static_io::{index, to_measure, ClassChoice, METHODS};
+use crate::static_io::{IoMethod, StaticFiles};
 use crate::sys;
 
 /// Rounds per class and method (their median is kept).
@@ -390,7 +391,7 @@ fn schedstat(path: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::{judge, representative, ROUNDS};
-    use crate::config::IoMethod;
+    use crate::static_io::IoMethod;
     use crate::static_io::{index, METHODS};
 
     /// Rates in `METHODS` order from (sendfile, mmap, read) rounds.

@@ -10,14 +10,14 @@
 //! `static_io.rs` chose → `access_log.rs` and `metrics.rs` record it.
 //!
 //! Imports run one way, top to bottom (ARCHITECTURE.md, "Layers"; checked
-//! by `tests/layers.rs`): `server.rs` (composition root) → `engine/` →
-//! `conn/`, `shared.rs`, `handover.rs`, `per_ip.rs` → `site/` → `compress/` →
-//! `worker.rs` (what a worker lends), `reply.rs`, `body.rs`, `tls.rs`, `static_io.rs`,
-//! `calibrate.rs` → files and
-//! records (`open_files.rs`, `resolve.rs`, `offload.rs`, `reaper.rs`, `access_log.rs`,
-//! `service_records.rs`,
-//! `metrics.rs`, `error_log.rs`, `config.rs`, `privileges.rs`, `listeners.rs`,
-//! `spool.rs`, `sys.rs`). Nothing imports
+//! by `crates/tern/tests/layers.rs`): `server.rs` (composition root) →
+//! `config/` (the sections assembled) → `engine/` → `conn/`, `shared.rs`,
+//! `handover.rs`, `per_ip.rs` → `site/` → `compress/` → `worker.rs` (what
+//! a worker lends), `reply.rs`, `body.rs`, `tls.rs`, `static_io.rs`,
+//! `calibrate.rs`, `limits.rs` → files and records (`open_files.rs`,
+//! `resolve.rs`, `offload.rs`, `reaper.rs`, `access_log.rs`,
+//! `service_records.rs`, `metrics.rs`, `error_log.rs`, `values.rs`,
+//! `privileges.rs`, `listeners.rs`, `spool.rs`, `sys.rs`). Nothing imports
 //! this file.
 
 pub mod access_log;
@@ -29,6 +29,8 @@ pub mod conn;
 pub mod engine;
 pub mod error_log;
 pub mod handover;
+pub mod htpasswd;
+pub mod limits;
 pub mod listeners;
 pub mod metrics;
 pub mod offload;
@@ -47,6 +49,7 @@ pub mod spool;
 pub mod static_io;
 pub mod sys;
 pub mod tls;
+pub mod values;
 pub mod worker;
 
 pub use config::Config;

@@ -23,6 +23,62 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+
+/// One `server.listen` (or `tls.listen`, `tls.redirect`) entry: the
+/// addresses it names, all on one port (with port 0 the first address
+/// picks it and the others follow). Written as operators type it for
+/// nginx or Caddy: `"127.0.0.1:8080"` or `"[::1]:8080"` is that address,
+/// `"0.0.0.0:8080"` every IPv4 address, `"[::]:8080"` every IPv6 address,
+/// `"localhost:8080"` both loopback addresses (`127.0.0.1` and `::1`), and
+/// `"8080"`, `":8080"` or `"*:8080"` every IPv4 *and* IPv6 address
+/// (reachable from other machines). Other host names are refused: what a
+/// server listens on must not depend on DNS.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listen {
+    pub addrs: Vec<SocketAddr>,
+}
+
+impl Listen {
+    /// One address.
+    pub fn addr(addr: SocketAddr) -> Listen {
+        Listen { addrs: vec![addr] }
+    }
+}
+
+/// The forms of [`Listen`].
+impl std::str::FromStr for Listen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Listen, String> {
+        let both = |v4: std::net::Ipv4Addr, v6: std::net::Ipv6Addr, port: u16| Listen {
+            addrs: vec![SocketAddr::from((v4, port)), SocketAddr::from((v6, port))],
+        };
+        let wrong = || {
+            format!("`{s}` is not a listen address (PORT, :PORT, IP:PORT, [IPv6]:PORT or localhost:PORT; a port is 0-65535)")
+        };
+        if let Ok(addr) = s.parse::<SocketAddr>() {
+            return Ok(Listen::addr(addr));
+        }
+        let (host, port) = s.rsplit_once(':').unwrap_or(("", s));
+        let port: u16 = match port.parse() {
+            Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) => p,
+            _ => return Err(wrong()),
+        };
+        match host {
+            "" | "*" => Ok(both(std::net::Ipv4Addr::UNSPECIFIED, std::net::Ipv6Addr::UNSPECIFIED, port)),
+            "localhost" => Ok(both(std::net::Ipv4Addr::LOCALHOST, std::net::Ipv6Addr::LOCALHOST, port)),
+            _ => Err(wrong()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// A non-blocking `SO_REUSEPORT` socket bound to `addr`, not yet
@@ -132,6 +188,25 @@ fn process_sockets() -> io::Result<HashSet<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listen_forms() {
+        let addrs = |s: &str| s.parse::<Listen>().map(|l| l.addrs.iter().map(ToString::to_string).collect::<Vec<_>>());
+        let all = Ok(vec!["0.0.0.0:8080".to_string(), "[::]:8080".to_string()]);
+        assert_eq!(addrs("8080"), all);
+        assert_eq!(addrs(":8080"), all);
+        assert_eq!(addrs("*:8080"), all);
+        assert_eq!(addrs("localhost:8080"), Ok(vec!["127.0.0.1:8080".into(), "[::1]:8080".into()]));
+        assert_eq!(addrs("[::]:8080"), Ok(vec!["[::]:8080".into()]));
+        assert_eq!(addrs("0.0.0.0:8080"), Ok(vec!["0.0.0.0:8080".into()]));
+        assert_eq!(addrs("127.0.0.1:0"), Ok(vec!["127.0.0.1:0".into()]));
+        assert_eq!(addrs("[::1]:443"), Ok(vec!["[::1]:443".into()]));
+        for bad in
+            ["", ":", "localhost", "localhost:", "8080x", "65536", ":-1", "+80", "example.com:80", "::1:80", "[::1]"]
+        {
+            assert!(addrs(bad).unwrap_err().contains("is not a listen address"), "{bad:?}");
+        }
+    }
 
     #[test]
     fn reads_listening_lines() {

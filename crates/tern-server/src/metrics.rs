@@ -32,6 +32,12 @@ impl Counter {
     }
 }
 
+/// The index of a status's class (`2xx` is 1) in a `[Counter; 5]`;
+/// out of range for a status that is not 1xx–5xx.
+fn class(code: u16) -> usize {
+    usize::from(code / 100).wrapping_sub(1)
+}
+
 /// Why a connection timed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimeoutKind {
@@ -106,12 +112,47 @@ pub struct WorkerStats {
     pub offloaded_opens: Counter,
     /// File regions not in the page cache read by the I/O pool.
     pub offloaded_reads: Counter,
+    /// Each site's answers, in the sites' order.
+    pub sites: Box<[SiteCounters]>,
+}
+
+/// One site's answers, counted by one worker.
+#[derive(Default, Debug)]
+pub struct SiteCounters {
+    /// Responses by status class: 1xx … 5xx.
+    pub status: [Counter; 5],
+    /// Body bytes announced (what the access log records).
+    pub bytes: Counter,
+}
+
+impl SiteCounters {
+    /// Sums site `i` over every worker: `(status classes, bytes)`.
+    pub fn sum(workers: &[WorkerStats], i: usize) -> ([u64; 5], u64) {
+        let (mut status, mut bytes) = ([0; 5], 0);
+        for site in workers.iter().filter_map(|w| w.sites.get(i)) {
+            for (t, c) in status.iter_mut().zip(&site.status) {
+                *t += c.get();
+            }
+            bytes += site.bytes.get();
+        }
+        (status, bytes)
+    }
 }
 
 impl WorkerStats {
     pub fn status(&self, code: u16) {
-        if let Some(c) = self.status.get(usize::from(code / 100).wrapping_sub(1)) {
+        if let Some(c) = self.status.get(class(code)) {
             c.incr();
+        }
+    }
+
+    /// Counts an answer of site `site`.
+    pub fn site(&self, site: usize, code: u16, bytes: u64) {
+        if let Some(s) = self.sites.get(site) {
+            if let Some(c) = s.status.get(class(code)) {
+                c.incr();
+            }
+            s.bytes.add(bytes);
         }
     }
 
@@ -184,9 +225,12 @@ pub enum Ending {
 }
 
 impl ServerStats {
-    pub fn new(worker_threads: usize, blocks: usize) -> ServerStats {
+    /// Counters for `blocks` engine threads, each counting `sites` sites.
+    pub fn new(worker_threads: usize, blocks: usize, sites: usize) -> ServerStats {
+        let block =
+            || WorkerStats { sites: (0..sites).map(|_| SiteCounters::default()).collect(), ..Default::default() };
         ServerStats {
-            workers: (0..blocks).map(|_| WorkerStats::default()).collect(),
+            workers: (0..blocks).map(|_| block()).collect(),
             worker_threads,
             connections: AtomicUsize::new(0),
             cgi_running: AtomicUsize::new(0),

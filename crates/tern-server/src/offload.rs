@@ -24,9 +24,9 @@ use crate::sys;
 
 /// Work for the pool.
 pub enum Task {
-    /// Resolve `path[..rel_len]` under the root (`Root::find`; `path` is
-    /// the open-file table key, which may end in `/`).
-    Open { path: Vec<u8>, rel_len: usize, trailing_slash: bool },
+    /// Resolve `path[..rel_len]` under `root` (`Root::find`; `path` is
+    /// the open-file table's path, which may end in `/`).
+    Open { root: Arc<Root>, path: Vec<u8>, rel_len: usize, trailing_slash: bool },
     /// Read `len` bytes at `offset` (bringing them into the page cache too).
     Read { file: Arc<OpenFile>, offset: u64, len: usize },
 }
@@ -65,7 +65,6 @@ struct Queue {
 struct Inner {
     queue: Mutex<Queue>,
     more: Condvar,
-    root: Root,
 }
 
 /// The pool: its threads live until it is dropped.
@@ -79,12 +78,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Offload {
-    /// Starts `threads` threads opening files under `root`.
-    pub fn start(threads: usize, root: Root) -> io::Result<Offload> {
+    /// Starts `threads` threads.
+    pub fn start(threads: usize) -> io::Result<Offload> {
         let inner = Arc::new(Inner {
             queue: Mutex::new(Queue { tasks: VecDeque::new(), stopping: false }),
             more: Condvar::new(),
-            root,
         });
         let mut pool = Offload { inner, threads: Vec::with_capacity(threads) };
         for i in 0..threads {
@@ -136,8 +134,8 @@ fn serve(inner: &Inner) {
             }
         };
         let done = match task {
-            Task::Open { path, rel_len, trailing_slash } => {
-                Done::Opened(inner.root.find(&path[..rel_len], trailing_slash, &mut scratch))
+            Task::Open { root, path, rel_len, trailing_slash } => {
+                Done::Opened(root.find(&path[..rel_len], trailing_slash, &mut scratch))
             }
             Task::Read { file, offset, len } => {
                 let mut buf = vec![0; len];

@@ -195,6 +195,8 @@ pub struct OpenFileTable {
     known: LruCache<Vec<u8>, Known>,
     valid: Duration,
     changes: Option<Changes>,
+    /// Where a lookup's key is written.
+    key: Vec<u8>,
 }
 
 impl OpenFileTable {
@@ -203,7 +205,13 @@ impl OpenFileTable {
             .ok()
             .map(|fd| Changes { fd, users: HashMap::new() });
         let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
-        OpenFileTable { entries: LruCache::new(capacity), known: LruCache::new(capacity), valid, changes }
+        OpenFileTable {
+            entries: LruCache::new(capacity),
+            known: LruCache::new(capacity),
+            valid,
+            changes,
+            key: Vec::new(),
+        }
     }
 
     /// The descriptor that becomes readable when a watched file changes:
@@ -266,33 +274,35 @@ impl OpenFileTable {
         }
     }
 
-    /// Whether `key` was found to be a regular file ([`Self::note_regular`])
-    /// within `open_file_valid`, and no change to it was reported since.
-    pub fn known_regular(&mut self, key: &[u8], now: Instant) -> bool {
+    /// Whether `path` under the root `root` was found to be a regular file
+    /// ([`Self::note_regular`]) within `open_file_valid`, and no change to
+    /// it was reported since.
+    pub fn known_regular(&mut self, root: u32, path: &[u8], now: Instant) -> bool {
+        let key = keyed(&mut self.key, root, path);
         self.known.get(key).is_some_and(|k| !k.changed && now.saturating_duration_since(k.checked) < self.valid)
     }
 
-    /// `key` was just found to be a regular file, through `fd` (any
-    /// descriptor of it, `O_PATH` included): remembered with its inode
-    /// watched. Without a watch nothing is remembered (it could not be
-    /// trusted).
-    pub fn note_regular(&mut self, key: &[u8], fd: BorrowedFd<'_>, now: Instant) {
+    /// `path` under `root` was just found to be a regular file, through
+    /// `fd` (any descriptor of it, `O_PATH` included): remembered with its
+    /// inode watched. Without a watch nothing is remembered (it could not
+    /// be trusted).
+    pub fn note_regular(&mut self, root: u32, path: &[u8], fd: BorrowedFd<'_>, now: Instant) {
         if self.valid.is_zero() {
             return;
         }
         let Some(watch) = self.watch(fd) else { return };
         let known = Known { checked: now, watch, changed: false };
-        if let Some((_, old)) = self.known.push(key.to_vec(), known) {
+        if let Some((_, old)) = self.known.push(keyed(&mut self.key, root, path).to_vec(), known) {
             self.unwatch(Some(old.watch));
         }
     }
 
-    /// The entry for `key`, and whether it is still within its validity
-    /// period and unchanged. A stale entry must be re-checked with
-    /// [`Self::refresh`] (same file on disk) or replaced with
+    /// The entry for `path` under `root`, and whether it is still within
+    /// its validity period and unchanged. A stale entry must be re-checked
+    /// with [`Self::refresh`] (same file on disk) or replaced with
     /// [`Self::insert`].
-    pub fn lookup(&mut self, key: &[u8], now: Instant) -> Option<(Arc<OpenFile>, bool)> {
-        let entry = self.entries.get(key)?;
+    pub fn lookup(&mut self, root: u32, path: &[u8], now: Instant) -> Option<(Arc<OpenFile>, bool)> {
+        let entry = self.entries.get(keyed(&mut self.key, root, path))?;
         let fresh = !entry.changed
             && now.saturating_duration_since(entry.checked) < self.valid
             && (entry.watch.is_some()
@@ -301,23 +311,24 @@ impl OpenFileTable {
     }
 
     /// The file behind a stale entry was found unchanged: trust it again.
-    pub fn refresh(&mut self, key: &[u8], now: Instant) {
-        if let Some(entry) = self.entries.get_mut(key) {
+    pub fn refresh(&mut self, root: u32, path: &[u8], now: Instant) {
+        if let Some(entry) = self.entries.get_mut(keyed(&mut self.key, root, path)) {
             entry.checked = now;
             entry.changed = false;
             entry.file.resident.store(false, Relaxed);
         }
     }
 
-    pub fn insert(&mut self, key: &[u8], file: Arc<OpenFile>, now: Instant) {
+    pub fn insert(&mut self, root: u32, path: &[u8], file: Arc<OpenFile>, now: Instant) {
         let watch = self.watch(file.file.as_fd());
-        if let Some((_, old)) = self.entries.push(key.to_vec(), Entry { file, checked: now, watch, changed: false }) {
+        let entry = Entry { file, checked: now, watch, changed: false };
+        if let Some((_, old)) = self.entries.push(keyed(&mut self.key, root, path).to_vec(), entry) {
             self.unwatch(old.watch);
         }
     }
 
-    pub fn remove(&mut self, key: &[u8]) {
-        if let Some(old) = self.entries.pop(key) {
+    pub fn remove(&mut self, root: u32, path: &[u8]) {
+        if let Some(old) = self.entries.pop(keyed(&mut self.key, root, path)) {
             self.unwatch(old.watch);
         }
     }
@@ -350,4 +361,14 @@ impl OpenFileTable {
             }
         }
     }
+}
+
+/// The table's key for `path` under the root `root`: the root's id, then
+/// the path, written into `buf` (kept by the table, so a lookup allocates
+/// nothing).
+fn keyed<'b>(buf: &'b mut Vec<u8>, root: u32, path: &[u8]) -> &'b [u8] {
+    buf.clear();
+    buf.extend_from_slice(&root.to_le_bytes());
+    buf.extend_from_slice(path);
+    buf
 }

@@ -3,14 +3,16 @@
 //! Handlers say what to answer; `Reply` adds what every response carries
 //! (`Server`, `Date`, `Content-Length`, the `Connection` decision), leaves
 //! the body out for `HEAD`, and records the status and size for the log.
+//! A site's location may dress its responses ([`Dressing`]): header fields
+//! set, added or removed, an expiry, its own pages for error statuses.
 
 use std::sync::Arc;
 
 use tern_http::response;
 
 use crate::body::OutQueue;
-use crate::config::IoMethod;
 use crate::open_files::OpenFile;
+use crate::static_io::IoMethod;
 
 /// How a response body is delimited.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,6 +36,74 @@ pub struct Params<'a> {
     pub head_only: bool,
     pub http10: bool,
     pub keep_alive: bool,
+    /// The location's dressing, if it has one.
+    pub dressing: Option<&'a Arc<Dressing>>,
+}
+
+/// What a location changes in every response it sends, prepared once from
+/// its configuration. The framing fields (`Content-Length`,
+/// `Transfer-Encoding`, `Connection`) are the server's and never changed.
+#[derive(Debug, Default)]
+pub struct Dressing {
+    /// Lowercased names of the fields removed from a handler's head: those
+    /// `remove`d and those `set` (an expiry replaces `Cache-Control` and
+    /// `Expires` itself).
+    pub removed: Vec<String>,
+    /// Formatted `Name: value\r\n` lines appended (`set` and `add`).
+    pub lines: Vec<u8>,
+    /// `max-age` in seconds (`Cache-Control` and `Expires` are added).
+    pub expires: Option<u64>,
+    /// Pages sent for error statuses, with their `Content-Type`.
+    pub pages: Vec<(u16, Box<str>, Arc<[u8]>)>,
+}
+
+/// `Cache-Control` or `Expires`: what an expiry replaces.
+fn is_expiry(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"cache-control") || name.eq_ignore_ascii_case(b"expires")
+}
+
+impl Dressing {
+    /// Does it change nothing?
+    pub fn is_empty(&self) -> bool {
+        self.removed.is_empty() && self.lines.is_empty() && self.expires.is_none() && self.pages.is_empty()
+    }
+
+    /// Rewrites the header lines of `head` (from the end of its status line
+    /// on): removes the fields it removes, then appends its own. An expiry
+    /// dresses a response of `status` below 400 only (as nginx's
+    /// `expires`): a cache must not keep an error for an hour.
+    fn apply(&self, head: &mut Vec<u8>, from: usize, status: u16) {
+        let expires = self.expires.filter(|_| status < 400);
+        if !self.removed.is_empty() || expires.is_some() {
+            let mut write = from;
+            let mut read = from;
+            while let Some(end) = head[read..].windows(2).position(|w| w == b"\r\n").map(|i| read + i + 2) {
+                let name = head[read..end].split(|&b| b == b':').next().unwrap_or_default();
+                let name = name.trim_ascii();
+                let drop = (expires.is_some() && is_expiry(name))
+                    || self.removed.iter().any(|r| r.as_bytes().eq_ignore_ascii_case(name));
+                if !drop {
+                    head.copy_within(read..end, write);
+                    write += end - read;
+                }
+                read = end;
+            }
+            head.copy_within(read.., write);
+            head.truncate(write + (head.len() - read));
+        }
+        head.extend_from_slice(&self.lines);
+        if let Some(age) = expires {
+            head.extend_from_slice(b"Cache-Control: max-age=");
+            head.extend_from_slice(itoa::Buffer::new().format(age).as_bytes());
+            head.extend_from_slice(b"\r\n");
+            let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            response::header(head, "Expires", tern_http::date::format_http_date(at + age).as_bytes());
+        }
+    }
+
+    fn page(&self, status: u16) -> Option<(&str, &[u8])> {
+        self.pages.iter().find(|(s, _, _)| *s == status).map(|(_, ty, body)| (&**ty, &**body))
+    }
 }
 
 pub struct Reply<'q> {
@@ -49,6 +119,12 @@ pub struct Reply<'q> {
     pub status: u16,
     /// The body size announced (what the access log records).
     pub body_len: u64,
+    /// The location's dressing, applied when the head ends.
+    pub dressing: Option<&'q Arc<Dressing>>,
+    /// The site that answers, once routing found it (its log and counters).
+    pub site: Option<u32>,
+    /// Where the current head's header lines start in the buffer.
+    fields_at: usize,
 }
 
 impl<'q> Reply<'q> {
@@ -61,11 +137,26 @@ impl<'q> Reply<'q> {
         http10: bool,
         keep_alive: bool,
     ) -> Self {
-        Reply { out, date: *date, server, fields, head_only, http10, keep_alive, status: 0, body_len: 0 }
+        Reply {
+            out,
+            date: *date,
+            server,
+            fields,
+            head_only,
+            http10,
+            keep_alive,
+            status: 0,
+            body_len: 0,
+            dressing: None,
+            site: None,
+            fields_at: 0,
+        }
     }
 
     pub fn with(out: &'q mut OutQueue, p: &Params<'q>) -> Self {
-        Reply::new(out, p.date, p.server, p.fields, p.head_only, p.http10, p.keep_alive)
+        let mut reply = Reply::new(out, p.date, p.server, p.fields, p.head_only, p.http10, p.keep_alive);
+        reply.dressing = p.dressing;
+        reply
     }
 
     /// Starts the head: status line, `Server`, `Date`.
@@ -73,6 +164,7 @@ impl<'q> Reply<'q> {
         self.status = status;
         let buf = &mut self.out.buf;
         response::status_line(buf, status);
+        self.fields_at = buf.len();
         if !self.server.is_empty() {
             response::header(buf, "Server", self.server.as_bytes());
         }
@@ -97,6 +189,7 @@ impl<'q> Reply<'q> {
     /// Ends the head. `content_length` is omitted for statuses that have no
     /// content (1xx, 204, 304).
     pub fn end_head(&mut self, content_length: u64) {
+        self.dress();
         let buf = &mut self.out.buf;
         let bodiless = self.status < 200 || self.status == 204 || self.status == 304;
         if !bodiless {
@@ -134,6 +227,7 @@ impl<'q> Reply<'q> {
     }
 
     fn end_head_unsized(&mut self) {
+        self.dress();
         let buf = &mut self.out.buf;
         if !self.keep_alive {
             buf.extend_from_slice(b"Connection: close\r\n");
@@ -141,6 +235,12 @@ impl<'q> Reply<'q> {
             buf.extend_from_slice(b"Connection: keep-alive\r\n");
         }
         buf.extend_from_slice(b"\r\n");
+    }
+
+    fn dress(&mut self) {
+        if let Some(d) = self.dressing {
+            d.apply(&mut self.out.buf, self.fields_at, self.status);
+        }
     }
 
     /// Whether the body is sent (not for `HEAD`).
@@ -191,8 +291,15 @@ impl<'q> Reply<'q> {
         self.page(status);
     }
 
-    /// Ends the head with the status's small HTML page as body.
+    /// Ends the head with the status's page as body: the location's own
+    /// for an error status it has one for, else a small HTML page.
     pub fn page(&mut self, status: u16) {
+        if let Some((content_type, body)) = self.dressing.and_then(|d| d.page(status)).filter(|_| status >= 400) {
+            self.header("Content-Type", content_type.as_bytes());
+            self.end_head(body.len() as u64);
+            self.body(body);
+            return;
+        }
         self.header("Content-Type", b"text/html; charset=utf-8");
         self.end_head(response::error_page_len(status) as u64);
         if !self.head_only {

@@ -11,9 +11,21 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use rustix::fs::{openat2, AtFlags, FileType, Mode, OFlags, ResolveFlags};
+use serde::Deserialize;
 
-use crate::config::Symlinks;
 use crate::open_files::Identity;
+
+/// Which symlinks a path may traverse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Symlinks {
+    /// Symlinks whose target stays inside the root (`RESOLVE_BENEATH`).
+    InsideRoot,
+    /// No symlinks at all.
+    Never,
+    /// Any symlink, even out of the root: only for trusted trees.
+    Any,
+}
 
 /// What a resolved path turned out to be.
 pub enum Found {
@@ -37,6 +49,16 @@ pub enum ResolveError {
     Unavailable(io::Error),
 }
 
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResolveError::NotFound => f.write_str("not found"),
+            ResolveError::Forbidden => f.write_str("forbidden"),
+            ResolveError::Unavailable(e) => write!(f, "unavailable: {e}"),
+        }
+    }
+}
+
 impl ResolveError {
     pub fn status(&self) -> u16 {
         match self {
@@ -56,12 +78,18 @@ fn classify(err: rustix::io::Errno) -> ResolveError {
     }
 }
 
-/// The document root as an open directory.
+/// A document root as an open directory. Each `Root` opened has an id of
+/// its own, so tables keyed by path (the open-file table) keep the files of
+/// two roots apart.
 pub struct Root {
     dir: OwnedFd,
     resolve: ResolveFlags,
     index: Vec<String>,
+    id: u32,
 }
+
+/// The id the next root opened gets.
+static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 impl Root {
     pub fn open(path: &Path, symlinks: Symlinks, index: Vec<String>) -> io::Result<Root> {
@@ -71,13 +99,18 @@ impl Root {
             Symlinks::Never => ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
             Symlinks::Any => ResolveFlags::NO_MAGICLINKS,
         };
-        Ok(Root { dir, resolve, index })
+        Ok(Root { dir, resolve, index, id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed) })
+    }
+
+    /// This root's id (a clone has its original's).
+    pub fn id(&self) -> u32 {
+        self.id
     }
 
     /// The same root on a duplicated descriptor (for the I/O pool's
     /// threads, which open files for the workers).
     pub fn try_clone(&self) -> io::Result<Root> {
-        Ok(Root { dir: self.dir.try_clone()?, resolve: self.resolve, index: self.index.clone() })
+        Ok(Root { dir: self.dir.try_clone()?, resolve: self.resolve, index: self.index.clone(), id: self.id })
     }
 
     /// The name of index file number `i`.
@@ -107,6 +140,15 @@ impl Root {
         let fd = openat2(&self.dir, rel, flags, Mode::empty(), self.resolve).map_err(classify)?;
         let stat = rustix::fs::fstat(&fd).map_err(classify)?;
         Ok((fd, stat))
+    }
+
+    /// Opens the directory at `rel` to read its entries (a listing).
+    pub fn open_dir(&self, rel: &[u8]) -> Result<OwnedFd, ResolveError> {
+        let (fd, stat) = self.open_at(rel)?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::Directory => Ok(fd),
+            _ => Err(ResolveError::NotFound),
+        }
     }
 
     /// The identity of the file at `rel` now, with one `fstatat` and no

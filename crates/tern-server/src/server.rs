@@ -1,19 +1,36 @@
 //! Starting and stopping: listeners, worker threads, signals.
+//!
+//! A start is prepared while the process may still be root (`Prepared`):
+//! the rules checked, the logs opened, every address bound through
+//! `listeners.rs` (refused when another process listens on it) and each
+//! listening socket, new or inherited, given the options every accepted
+//! connection inherits (`TCP_NODELAY`, `limits.unsent_bytes`,
+//! `server.defer_accept`). `tern serve --check` runs this preparation and
+//! the site's, then drops them ([`Server::check`]). Then root is given up
+//! (`privileges.rs`), `Shared` built and the engine started.
+//!
+//! A reload is a second `Server` in the same process (the CLI starts it on
+//! SIGHUP): it takes over the first one's listening sockets
+//! ([`Server::listeners`]), then the first retires: `Shared::successor`
+//! points at the new workers' inboxes (`handover.rs`), each old worker
+//! passes a connection on — socket and unanswered bytes — as soon as no
+//! request is in flight on it, and the old server ends in the background
+//! once it holds none ([`Retiring`]).
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
-use tern_http::request::Limits;
+use tern_http::request::Limits as HttpLimits;
 
 use crate::access_log::AccessTarget;
 use crate::compress::Compression;
 use crate::config::Config;
-use crate::config::Level;
 use crate::engine;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::handover::Doors;
+use crate::limits::Limits;
 use crate::metrics::{Ending, ServerStats};
 use crate::offload::Offload;
 use crate::per_ip::PerIp;
@@ -21,8 +38,8 @@ use crate::room::Room;
 use crate::service_records::RecordTarget;
 use crate::shared::Shared;
 use crate::site::app::Apps;
-use crate::site::Site;
-use crate::static_io::StaticIo;
+use crate::site::Sites;
+use crate::static_io::{StaticFiles, StaticIo};
 use crate::tls::{self, Role};
 use crate::{calibrate, error_log, listeners, privileges, sys};
 
@@ -37,6 +54,7 @@ pub enum Signal {
 
 /// A running server.
 pub struct Server {
+    config: Config,
     /// SIGTERM and SIGINT, caught from before the first connection can be
     /// accepted: a signal sent as soon as the server answers must stop it
     /// gracefully, not kill it with the default action.
@@ -57,6 +75,8 @@ pub struct Server {
 pub struct Retiring {
     /// Gone once it has ended.
     shared: Weak<Shared>,
+    /// `server.shutdown_timeout`, for [`Retiring::hurry`].
+    shutdown_timeout: std::time::Duration,
     wakers: Vec<Arc<mio::Waker>>,
     done: JoinHandle<()>,
 }
@@ -78,7 +98,8 @@ pub enum StartError {
 /// the site) and drops it, so a check runs the code a start runs.
 struct Prepared {
     config: Config,
-    access: AccessTarget,
+    /// The access logs (`Config::access_logs`).
+    access: Vec<AccessTarget>,
     records: RecordTarget,
     /// Per worker, one socket per address.
     per_worker: Vec<Vec<socket2::Socket>>,
@@ -95,8 +116,15 @@ impl Prepared {
         let at = |key| config.at("log", key);
         error_log::init(&config.log.error, config.log.level)
             .map_err(|e| StartError::Config(format!("{}: cannot open {}: {e}", at("error"), config.log.error)))?;
-        let access = AccessTarget::open(&config.log.access)
-            .map_err(|e| StartError::Config(format!("{}: cannot open {}: {e}", at("access"), config.log.access)))?;
+        let access = config
+            .access_logs()
+            .0
+            .iter()
+            .map(|(path, format)| {
+                AccessTarget::open(path, *format)
+                    .map_err(|e| StartError::Config(format!("{}: cannot open {path}: {e}", at("access"))))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let records = RecordTarget::open(&config.log.service_records).map_err(|e| {
             StartError::Config(format!("{}: cannot open {}: {e}", at("service_records"), config.log.service_records))
         })?;
@@ -112,7 +140,7 @@ impl Prepared {
             )));
         }
         let mut tls = tls::Setup::load(&config.tls).map_err(StartError::Config)?;
-        engine::probe(&config)?;
+        engine::probe(&config.engine())?;
 
         // Each worker gets its own SO_REUSEPORT socket per address; the
         // first one fixes the port when the configuration asks for port 0.
@@ -184,13 +212,14 @@ impl Prepared {
         }
     }
 
-    /// The site (document root, CGI settings) with its compression
-    /// threads, and the static I/O choices (an `io_profile` read).
-    fn site(&self) -> Result<(Site, StaticIo), StartError> {
+    /// The sites (document roots, locations, CGI settings) with the
+    /// compression threads, and the static I/O choices (an `io_profile`
+    /// read).
+    fn site(&self) -> Result<(Sites, StaticIo), StartError> {
         // Dropped on any error, which also ends its threads.
-        let compression = Compression::start(&self.config)?;
-        let site = Site::new(&self.config, compression)?;
-        let io = StaticIo::new(&self.config.static_files, self.config.server.model).map_err(StartError::Config)?;
+        let compression = Compression::start(&self.config.compression)?;
+        let site = Sites::new(self.config.sites(), compression)?;
+        let io = StaticIo::new(&self.config.static_files, self.config.sending_methods()).map_err(StartError::Config)?;
         Ok((site, io))
     }
 }
@@ -258,7 +287,11 @@ impl Server {
         site.apps = apps;
         let io = Arc::new(io);
         let Prepared { config, access, records, per_worker, addrs, tls } = prepared;
-        if site.cgi.refuses_as_root() && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty()) {
+        if crate::privileges::is_root()
+            && !config.cgi.allow_root
+            && config.server.user.is_empty()
+            && !(config.cgi.directories.is_empty() && config.cgi.extensions.is_empty())
+        {
             log!(
                 Level::Warn,
                 "running as root without server.user: CGI programs will be refused (403); set server.user, \
@@ -271,7 +304,7 @@ impl Server {
         let handover = per_worker.iter().flatten().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
 
         let per_ip = PerIp::new(config.limits.max_connections_per_ip);
-        let http_limits = Limits {
+        let http_limits = HttpLimits {
             max_request_line: config.limits.max_request_line.usize(),
             max_head_bytes: config.limits.max_header_bytes.usize(),
             max_headers: config.limits.max_headers,
@@ -279,14 +312,16 @@ impl Server {
         let (static_files, limits) = (config.static_files.clone(), config.limits.clone());
         let offload = match config.io_pool_threads() {
             0 => None,
-            n => Some(Offload::start(n, site.root.try_clone()?)?),
+            n => Some(Offload::start(n)?),
         };
-        let blocks = engine::stat_blocks(&config, workers);
+        let plan = config.engine();
+        let blocks = engine::stat_blocks(&plan, workers);
+        let sites = site.sites.len();
         let shared = Arc::new(Shared {
-            config,
+            config: config.lent(),
             http_limits,
             site,
-            server: ServerStats::new(workers, blocks),
+            server: ServerStats::new(workers, blocks, sites),
             access,
             records,
             io: io.clone(),
@@ -296,7 +331,7 @@ impl Server {
             room: Room::new(workers),
             successor: std::sync::OnceLock::new(),
         });
-        let started = engine::start(&shared, per_worker)?;
+        let started = engine::start(&shared, &plan, per_worker)?;
         let wakers: Vec<Arc<mio::Waker>> = started.doors.iter().map(|(_, waker)| waker.clone()).collect();
         if io.needs_calibration() {
             std::thread::Builder::new()
@@ -306,7 +341,7 @@ impl Server {
             log!(Level::Info, "{}", io.describe());
         }
         let doors = Arc::new(Doors::new(started.doors));
-        Ok(Server { signals, shared, workers: started.threads, wakers, addrs, handover, doors })
+        Ok(Server { config, signals, shared, workers: started.threads, wakers, addrs, handover, doors })
     }
 
     /// Which I/O method sends which file, and why.
@@ -332,7 +367,7 @@ impl Server {
     }
 
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.config
     }
 
     /// Waits for the next signal that concerns the server: SIGTERM or
@@ -350,7 +385,7 @@ impl Server {
     pub fn stop(mut self) {
         // Only the workers' sockets may stay open while they stop accepting.
         self.handover.clear();
-        let limit = self.shared.config.server.shutdown_timeout.0;
+        let limit = self.config.server.shutdown_timeout.0;
         end(&self.shared, &self.wakers, Ending::Stop, Some(limit));
         finish(self.shared, self.workers);
     }
@@ -361,14 +396,14 @@ impl Server {
     pub fn retire(mut self, successor: &Server) -> Retiring {
         self.handover.clear();
         let _ = self.shared.successor.set(successor.doors.clone());
-        let limit = self.shared.config.server.reload_drain_timeout.0;
+        let limit = self.config.server.reload_drain_timeout.0;
         end(&self.shared, &self.wakers, Ending::Reload, (!limit.is_zero()).then_some(limit));
         let shared = Arc::downgrade(&self.shared);
         let (strong, workers) = (self.shared, self.workers);
-        let pinned = sys::Pinned::new(&strong.config.server.cpus);
+        let pinned = sys::Pinned::new(&self.config.server.cpus);
         let done = std::thread::spawn(move || finish(strong, workers));
         drop(pinned);
-        Retiring { shared, wakers: self.wakers, done }
+        Retiring { shared, shutdown_timeout: self.config.server.shutdown_timeout.0, wakers: self.wakers, done }
     }
 }
 
@@ -383,8 +418,10 @@ fn drop_privileges(config: &Config) -> Result<(), StartError> {
         let account =
             privileges::lookup(&s.user, &s.group).map_err(|m| StartError::Config(format!("server.user: {m}")))?;
         if privileges::is_root() {
-            privileges::hand_over_logs(&[&config.log.access, &config.log.service_records, &config.log.error], &account)
-                .map_err(|e| StartError::Config(format!("server.user: {e}")))?;
+            let access = config.access_logs().0;
+            let logs = access.iter().map(|(path, _)| path.as_str());
+            let logs: Vec<&str> = logs.chain([config.log.service_records.as_str(), &config.log.error]).collect();
+            privileges::hand_over_logs(&logs, &account).map_err(|e| StartError::Config(format!("server.user: {e}")))?;
         }
         privileges::become_user(&account)
             .map_err(|e| StartError::Config(format!("server.user: cannot become {}: {e}", s.user)))?;
@@ -404,7 +441,7 @@ const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis
 
 /// Measures the I/O methods while the server already serves (with the
 /// safe choices), then switches to the winners and logs them.
-fn calibrate_in_background(io: &StaticIo, st: &crate::config::StaticFiles, limits: &crate::config::Limits) {
+fn calibrate_in_background(io: &StaticIo, st: &StaticFiles, limits: &Limits) {
     let start = std::time::Instant::now();
     let outcome = calibrate::run(io.bounds(), io.choices(), io.methods(), CALIBRATION_BUDGET, st, limits)
         .map_err(|e| e.to_string());
@@ -422,7 +459,7 @@ impl Retiring {
     /// as the running server's does, and is no longer handed over.
     pub fn hurry(&self) {
         if let Some(shared) = self.shared.upgrade() {
-            end(&shared, &self.wakers, Ending::Stop, Some(shared.config.server.shutdown_timeout.0));
+            end(&shared, &self.wakers, Ending::Stop, Some(self.shutdown_timeout));
         }
     }
 
@@ -445,5 +482,5 @@ fn finish(shared: Arc<Shared>, workers: Vec<JoinHandle<()>>) {
     for worker in workers {
         let _ = worker.join();
     }
-    shared.site.compression.stop();
+    shared.site.stop();
 }

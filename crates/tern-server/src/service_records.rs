@@ -195,7 +195,7 @@ impl ServiceLog {
     pub fn flush(&mut self) {
         if let (Some((file, _, _)), false) = (&self.target.0, self.buf.is_empty()) {
             if let Err(err) = (&**file).write_all(&self.buf) {
-                crate::error_log::log!(crate::config::Level::Error, "service records write failed: {err}");
+                crate::error_log::log!(crate::error_log::Level::Error, "service records write failed: {err}");
             }
             self.buf.clear();
         }

@@ -8,24 +8,25 @@ use std::sync::{Arc, OnceLock};
 use tern_http::request::Limits;
 
 use crate::access_log::AccessTarget;
-use crate::config::Config;
 use crate::handover::Doors;
 use crate::metrics::ServerStats;
 use crate::offload::Offload;
 use crate::per_ip::PerIp;
 use crate::room::Room;
 use crate::service_records::RecordTarget;
-use crate::site::Site;
+use crate::site::Sites;
 use crate::static_io::StaticIo;
 use crate::tls;
-use crate::worker::{Watcher, Worker};
+use crate::worker::{Settings, Watcher, Worker};
 
 pub struct Shared {
-    pub config: Config,
+    /// What the workers lend their connections of the configuration.
+    pub config: Settings,
     pub http_limits: Limits,
-    pub site: Site,
+    pub site: Sites,
     pub server: ServerStats,
-    pub access: AccessTarget,
+    /// The access logs (the server's first, then the sites' own).
+    pub access: Vec<AccessTarget>,
     /// Where per-request service records go (`log.service_records`).
     pub records: RecordTarget,
     /// Which I/O method sends which file (a calibration thread may

@@ -14,25 +14,248 @@
 //! relaxed atomic load; the report behind a mutex is read by the status
 //! page and the start-up log only.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
+use std::time::Duration;
 
+use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use crate::config::{Bytes, IoChoice, IoMethod, Model, StaticFiles};
 use crate::open_files::OpenFile;
+use crate::values::{first_broken, Bytes, Seconds};
+
+/// How static file bodies are sent (SPEC 2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMethod {
+    /// `sendfile(2)`: zero-copy from the page cache.
+    Sendfile,
+    /// `mmap(2)` once per open file, write from the mapping.
+    Mmap,
+    /// `pread(2)` into a buffer of `read_chunk` bytes, `write(2)` it.
+    Read,
+    /// Read through the engine's ring, 256 KiB at a time, into a buffer
+    /// that a send through the ring takes: a page-cache miss waits in the
+    /// kernel, never in the worker. `server.model = "uring"` only.
+    Uring,
+}
+
+impl IoMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            IoMethod::Sendfile => "sendfile",
+            IoMethod::Mmap => "mmap",
+            IoMethod::Read => "read",
+            IoMethod::Uring => "uring",
+        }
+    }
+}
+
+impl std::str::FromStr for IoMethod {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sendfile" => Ok(IoMethod::Sendfile),
+            "mmap" => Ok(IoMethod::Mmap),
+            "read" => Ok(IoMethod::Read),
+            "uring" => Ok(IoMethod::Uring),
+            _ => Err(format!("unknown I/O method `{s}` (expected sendfile, mmap, read or uring)")),
+        }
+    }
+}
+
+/// `static.io`: one method for every file — `"sendfile"` (zero-copy from
+/// the page cache), `"mmap"` (the file mapped once, written from the
+/// mapping), `"read"` (`pread` into a buffer of `read_chunk` bytes) or
+/// `"uring"` (read through the ring, with `server.model = "uring"`) — or
+/// `"auto"`: per file-size class the method measured fastest on this host
+/// (`static_io.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoChoice {
+    Auto,
+    Fixed(IoMethod),
+}
+
+impl IoChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            IoChoice::Auto => "auto",
+            IoChoice::Fixed(m) => m.name(),
+        }
+    }
+}
+
+impl std::str::FromStr for IoChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(IoChoice::Auto),
+            _ => s
+                .parse()
+                .map(IoChoice::Fixed)
+                .map_err(|_| format!("unknown I/O method `{s}` (expected auto, sendfile, mmap, read or uring)")),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IoChoice {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
+    }
+}
+
+/// `[static]`: static file serving.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StaticFiles {
+    /// How file bodies are sent: `"auto"` chooses per size class (see
+    /// [`IoChoice`]). Default `"auto"`.
+    pub io: IoChoice,
+    /// Upper bounds (inclusive) of the file-size classes `"auto"` chooses a
+    /// method for; strictly ascending, at most 7. Default
+    /// `["16KiB", "256KiB"]` (three classes: ≤ 16 KiB, ≤ 256 KiB, larger).
+    pub io_classes: Vec<Bytes>,
+    /// A profile written by `tern tune --io`: its per-class methods are used
+    /// instead of measuring at start-up. Relative to the config file's
+    /// directory. Default: none.
+    pub io_profile: Option<PathBuf>,
+    /// The method per size class, smallest first, as `tern tune` writes
+    /// them: with `io = "auto"` they are used instead of measuring at
+    /// start-up, except where an entry is `"auto"`: that class is measured
+    /// as without them (so a tuned file pins only the classes where a method
+    /// beat the calibration). One entry per class: one more than
+    /// `io_classes`; not with `io_profile`. Default `[]`: measure.
+    pub io_methods: Vec<IoChoice>,
+    /// Buffer size of the `read` method. Default `"64KiB"`.
+    pub read_chunk: Bytes,
+    /// Most bytes one connection sends by `sendfile` before the others
+    /// of its worker have a turn (nginx's `sendfile_max_chunk`, lighttpd's
+    /// write limit per turn); 0 = no limit. Without it one `sendfile` call
+    /// queues a whole large file in one client's socket before the next
+    /// is served: on this project's machine the limit took 64 clients of a
+    /// 1 MiB file from 3,041 to 4,386 req/s and halved the p99.
+    /// Default `"256KiB"`.
+    pub sendfile_max_chunk: Bytes,
+    /// Entries in each worker's open-file table. Default 1024.
+    pub open_file_cache: usize,
+    /// Threads of the blocking I/O pool shared by the reactors' workers
+    /// (`event`, `uring`): opens that miss the open-file table and reads of
+    /// file pages not in the page cache run there, so a slow disk never
+    /// stalls a reactor. 0 = off (the worker does them itself). Default 32, as
+    /// nginx's `aio threads` pool: a thread blocked on a disk holds no
+    /// CPU, and the count bounds how many slow opens and reads are under
+    /// way at once (a disk's queue wants several); a sleeping thread costs
+    /// a few KiB. Started under the reactor models only (see
+    /// [`Config::io_pool_threads`]).
+    pub io_threads: usize,
+    /// How long an open file is trusted before it is looked up again
+    /// (0 = before every request). Default `"1s"`.
+    pub open_file_valid: Seconds,
+    /// Charset appended to `text/*` types; empty for none. Default `"utf-8"`.
+    pub charset: String,
+    /// Extra or overriding MIME types by extension, e.g.
+    /// `{ md = "text/markdown" }`. Default `{}`.
+    pub mime_types: BTreeMap<String, String>,
+    /// Paths with a segment starting with `.` (`/.git/config`, `/a/.env`):
+    /// `"deny"` answers them 404 (static files, CGI, FastCGI), `"allow"`
+    /// serves them as any other. Default `"deny"`.
+    pub hidden: Hidden,
+    /// URL paths served even though hidden (with `hidden = "deny"`); hidden
+    /// names below them are still refused. Default `["/.well-known"]`.
+    pub hidden_allow: Vec<String>,
+    /// Extensions of program sources never sent as static files (answered
+    /// 403), so a `.php` page is not shown as source when no FastCGI
+    /// backend claims it (lighttpd's `static-file.exclude-extensions`).
+    /// Files that a CGI or FastCGI route claims never reach static files
+    /// anyway. Default `[".php", ".pl", ".fcgi"]`.
+    pub exclude_extensions: Vec<String>,
+}
+
+/// Whether hidden paths (a segment starting with `.`) are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hidden {
+    Deny,
+    Allow,
+}
+
+impl Default for StaticFiles {
+    fn default() -> Self {
+        StaticFiles {
+            io: IoChoice::Auto,
+            io_classes: vec![Bytes(16 * 1024), Bytes(256 * 1024)],
+            io_profile: None,
+            io_methods: Vec::new(),
+            read_chunk: Bytes(64 * 1024),
+            sendfile_max_chunk: Bytes(256 * 1024),
+            open_file_cache: 1024,
+            io_threads: 32,
+            open_file_valid: Seconds(Duration::from_secs(1)),
+            charset: "utf-8".into(),
+            mime_types: BTreeMap::new(),
+            hidden: Hidden::Deny,
+            hidden_allow: vec!["/.well-known".into()],
+            exclude_extensions: vec![".php".into(), ".pl".into(), ".fcgi".into()],
+        }
+    }
+}
+
+impl StaticFiles {
+    /// The keys a `[[site]]` may set in `[site.static]`; the others are
+    /// the whole server's (one open-file table, one I/O method per size).
+    pub const SITE_KEYS: &'static [&'static str] =
+        &["charset", "mime_types", "hidden", "hidden_allow", "exclude_extensions"];
+
+    /// The first rule of `[static]` a value breaks: `(key, message)`.
+    pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
+        first_broken([
+            (self.read_chunk.0 == 0, "read_chunk", "must be at least 1 byte"),
+            (self.open_file_cache == 0, "open_file_cache", "must be at least 1"),
+            (self.io_threads > 1024, "io_threads", "must be at most 1024"),
+            (
+                self.io_classes.len() > 7
+                    || self.io_classes.first().is_some_and(|b| b.0 == 0)
+                    || self.io_classes.windows(2).any(|w| w[0].0 >= w[1].0),
+                "io_classes",
+                "must be at most 7 sizes above 0, strictly ascending",
+            ),
+            (
+                !self.io_methods.is_empty() && self.io_methods.len() != self.io_classes.len() + 1,
+                "io_methods",
+                "needs one method per size class: one more than static.io_classes has sizes",
+            ),
+            (
+                !self.io_methods.is_empty() && self.io_profile.is_some(),
+                "io_methods",
+                "cannot be combined with static.io_profile (both say which method sends each class)",
+            ),
+            (
+                self.hidden_allow.iter().any(|p| !p.starts_with('/')),
+                "hidden_allow",
+                "each must be a URL path starting with /",
+            ),
+            (
+                self.exclude_extensions.iter().any(|e| !e.starts_with('.') || e.len() < 2),
+                "exclude_extensions",
+                "each must be an extension starting with . (\".php\")",
+            ),
+        ])
+    }
+}
 
 /// The methods, in the order of their counters and evidence.
 pub const METHODS: [IoMethod; 4] = [IoMethod::Sendfile, IoMethod::Mmap, IoMethod::Read, IoMethod::Uring];
 
 const _: () = assert!(METHODS.len() == crate::metrics::FILE_METHODS);
 
-/// The methods a server of `model` sends with: `uring` reads through the
-/// `uring` engine's ring, which the others have not.
-pub fn methods(model: Model) -> &'static [IoMethod] {
-    if model == Model::Uring {
+/// The methods a server sends with: `uring` reads through the `uring`
+/// engine's ring, so only where the engine has one (`ring`; see
+/// `Config::sending_methods`).
+pub fn methods(ring: bool) -> &'static [IoMethod] {
+    if ring {
         &METHODS
     } else {
         &METHODS[..3]
@@ -90,9 +313,8 @@ pub struct StaticIo {
 impl StaticIo {
     /// The choices the configuration allows before any measurement: the
     /// fixed method, the configured ones, a profile's (read now), or the
-    /// safe ones.
-    pub fn new(st: &StaticFiles, model: Model) -> Result<StaticIo, String> {
-        let available = methods(model);
+    /// safe ones, among the methods `available` ([`methods`]).
+    pub fn new(st: &StaticFiles, available: &'static [IoMethod]) -> Result<StaticIo, String> {
         let bounds: Vec<u64> = st.io_classes.iter().map(|b| b.0).collect();
         let (source, detail, classes) = match (st.io, &st.io_profile) {
             (IoChoice::Fixed(m), _) => {
@@ -353,8 +575,8 @@ mod tests {
 
     #[test]
     fn uring_is_a_method_of_the_uring_model_only_and_profiles_keep_its_evidence() {
-        assert_eq!(methods(Model::Event), &METHODS[..3]);
-        assert!(methods(Model::Uring).contains(&IoMethod::Uring));
+        assert_eq!(methods(false), &METHODS[..3]);
+        assert!(methods(true).contains(&IoMethod::Uring));
         let bounds = [16 << 10];
         let mut choices = safe_choices(&bounds);
         choices[1] = ClassChoice { method: IoMethod::Uring, basis: "measured", rates: Some([1.0, 2.0, 3.0, 4.0]) };
@@ -363,14 +585,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("io.toml");
         std::fs::write(&path, &text).unwrap();
-        assert_eq!(Profile::load(&path, &bounds, methods(Model::Uring)).unwrap()[1].rates, choices[1].rates);
-        let e = Profile::load(&path, &bounds, methods(Model::Event)).unwrap_err();
+        assert_eq!(Profile::load(&path, &bounds, methods(true)).unwrap()[1].rates, choices[1].rates);
+        let e = Profile::load(&path, &bounds, methods(false)).unwrap_err();
         assert!(e.contains("\"uring\" needs server.model = \"uring\""), "{e}");
         // Measured without it (another model): no line for it, as before.
         choices[1] = ClassChoice { method: IoMethod::Mmap, basis: "measured", rates: Some([1.0, 2.0, 3.0, 0.0]) };
         let text = profile_text(&bounds, &choices, "test");
         assert!(!text.contains("uring"), "{text}");
         std::fs::write(&path, &text).unwrap();
-        assert_eq!(Profile::load(&path, &bounds, methods(Model::Event)).unwrap()[1].rates, choices[1].rates);
+        assert_eq!(Profile::load(&path, &bounds, methods(false)).unwrap()[1].rates, choices[1].rates);
     }
 }

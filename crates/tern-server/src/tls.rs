@@ -16,7 +16,7 @@
 use std::io::{self, IoSlice, Read};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -26,11 +26,112 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert, ServerSessionMemoryCache};
 use rustls::sign::CertifiedKey;
 use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection, SupportedCipherSuite};
+use serde::Deserialize;
 
-use crate::config::{self, Level};
-use crate::error_log::log;
+use crate::error_log::{log, Level};
+use crate::listeners::Listen;
 use crate::metrics::WorkerStats;
 use crate::sys;
+use crate::values::first_broken;
+
+/// `[tls]`: HTTPS (rustls). Off until `listen` names an address.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tls {
+    /// Addresses served over HTTPS, in the forms of `server.listen`.
+    /// Default `[]`.
+    pub listen: Vec<Listen>,
+    /// Certificate chains with their keys (PEM files, relative to the
+    /// config file's directory), e.g. `[{ cert = "a.pem", key = "a.key",
+    /// names = ["a.example"] }]`. The first is the default, sent to a
+    /// client that names no host or one no entry lists. Default `[]`
+    /// (needed when `listen` is set).
+    pub certificates: Vec<TlsCertificate>,
+    /// Addresses that answer every request with `308` to the same URL over
+    /// HTTPS (on the first `listen` port). Default `[]`.
+    pub redirect: Vec<Listen>,
+    /// The `Strict-Transport-Security` value sent with every HTTPS
+    /// response (`"max-age=63072000"`); empty for none. Default `""`.
+    pub hsts: String,
+    /// The oldest protocol accepted: `"1.2"` or `"1.3"`. Default `"1.2"`.
+    pub min_version: TlsVersion,
+    /// Sessions remembered for resumption, shared by all workers (0: none).
+    /// Default 4096.
+    pub session_cache: usize,
+    /// Stateless session tickets (resumption without the cache; the keys
+    /// change every 6 hours and on reload). Default true.
+    pub tickets: bool,
+    /// TLS 1.3 tickets sent after each handshake, full or resumed (1–16).
+    /// One is enough for a client that resumes one connection after
+    /// another (each resumption brings the next ticket), and every ticket
+    /// costs an OpenSSL 3 client about 27 µs to take in (measured): OpenSSL servers
+    /// send one after a resumed handshake (two after a full one, which
+    /// rustls cannot tell apart here). Default 1.
+    pub tickets_per_handshake: usize,
+}
+
+impl Default for Tls {
+    fn default() -> Self {
+        Tls {
+            listen: Vec::new(),
+            certificates: Vec::new(),
+            redirect: Vec::new(),
+            hsts: String::new(),
+            min_version: TlsVersion::V1_2,
+            session_cache: 4096,
+            tickets: true,
+            tickets_per_handshake: 1,
+        }
+    }
+}
+
+/// One `tls.certificates` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsCertificate {
+    /// The chain: the server's certificate first, then intermediates.
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// Host names (SNI) this chain is sent for; `*.example.com` covers one
+    /// label. Default `[]` (only as the default certificate).
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// `tls.min_version`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum TlsVersion {
+    #[serde(rename = "1.2")]
+    V1_2,
+    #[serde(rename = "1.3")]
+    V1_3,
+}
+
+impl Tls {
+    /// The keys a `[[site]]` may set in `[site.tls]`: its certificates
+    /// (sent for its host names unless an entry names others); the rest
+    /// belongs to the listeners.
+    pub const SITE_KEYS: &'static [&'static str] = &["certificates"];
+
+    /// The first rule of `[tls]` a value breaks: `(key, message)`.
+    pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
+        first_broken([
+            (
+                !self.listen.is_empty() && self.certificates.is_empty(),
+                "certificates",
+                "tls.listen needs at least one certificate",
+            ),
+            (!self.redirect.is_empty() && self.listen.is_empty(), "redirect", "redirects to HTTPS need tls.listen"),
+            (
+                self.hsts.bytes().any(|b| b.is_ascii_control()),
+                "hsts",
+                "must be a header value without control characters",
+            ),
+            (!(1..=16).contains(&self.tickets_per_handshake), "tickets_per_handshake", "must be between 1 and 16"),
+        ])
+    }
+}
 
 /// What a listening address serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +167,7 @@ impl Setup {
     /// Reads the certificates and keys and builds the rustls configuration;
     /// `None` when no address is served over HTTPS. Errors name the file
     /// and what is wrong with it.
-    pub fn load(tls: &config::Tls) -> Result<Option<Setup>, String> {
+    pub fn load(tls: &Tls) -> Result<Option<Setup>, String> {
         if tls.listen.is_empty() {
             return Ok(None);
         }
@@ -84,8 +185,8 @@ impl Setup {
             certs.push((names, Arc::new(key)));
         }
         let versions: &[&'static rustls::SupportedProtocolVersion] = match tls.min_version {
-            config::TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
-            config::TlsVersion::V1_3 => &[&rustls::version::TLS13],
+            TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+            TlsVersion::V1_3 => &[&rustls::version::TLS13],
         };
         let mut config = ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(versions)
@@ -305,6 +406,11 @@ impl Read for Reader<'_> {
 }
 
 impl Session {
+    /// The host name the client asked for in its hello (SNI), if any.
+    pub fn server_name(&self) -> Option<&str> {
+        self.conn.server_name()
+    }
+
     /// Moves what the socket has through TLS into `rbuf` (as far as its
     /// capacity goes); `may_read` is the connection's edge state, `raw`
     /// counts the bytes read (for the minimum rates).

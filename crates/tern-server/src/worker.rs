@@ -1,8 +1,8 @@
 //! What one worker thread owns and lends to each connection it runs:
 //! the clock reading, the date cache, the open-file table, the access-log
 //! buffer, scratch buffers, a pool of I/O buffers, its engine's backend
-//! [`Watcher`] and the CGI [`Reaper`] — with the configuration and the
-//! server-wide counters it reads. Every engine builds one per worker; it
+//! [`Watcher`] and the CGI [`Reaper`] — with the settings it lends them
+//! ([`Settings`]) and the server-wide counters it reads. Every engine builds one per worker; it
 //! sits below the site and the engines, so neither reaches above itself.
 
 use std::io;
@@ -15,14 +15,15 @@ use std::time::{Instant, SystemTime};
 use tern_http::date::DateCache;
 
 use crate::access_log::{AccessLog, AccessTarget};
-use crate::config::Config;
+use crate::htpasswd::AuthCache;
+use crate::limits::{Limits, Timeouts};
 use crate::metrics::{Ending, ServerStats, WorkerStats};
 use crate::offload::Offload;
 use crate::open_files::OpenFileTable;
 use crate::reaper::Reaper;
 use crate::resolve::{Found, ResolveError};
 use crate::service_records::{RecordTarget, ServiceLog};
-use crate::static_io::StaticIo;
+use crate::static_io::{StaticFiles, StaticIo};
 use crate::sys;
 
 /// How connection code asks its engine to watch a backend's descriptor (a
@@ -209,8 +210,39 @@ impl BufPool {
     }
 }
 
+/// What the configuration tells the connection code, lent by every worker
+/// (`Config::lent` builds it, `Shared` keeps it): the sections it reads on
+/// every request, and the few values of others it needs. `config/` sits
+/// above the connection code, so nothing here reads the whole.
+pub struct Settings {
+    /// `server.server_header`.
+    pub server_header: String,
+    /// `server.max_connections`: admission, and the status page.
+    pub max_connections: usize,
+    pub static_files: StaticFiles,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    /// `log.access_buffer`: each worker's access-log and service-record
+    /// buffer.
+    pub access_buffer: usize,
+    /// `cgi.kill_group`, for the reaper.
+    pub kill_group: bool,
+    /// `cgi.pipe_buffer`: the most read from a backend at once.
+    pub pipe_buffer: usize,
+    /// Each site's name and access log (its number among the logs the
+    /// server opened), in the sites' order.
+    pub sites: Vec<SiteLog>,
+}
+
+/// What a worker records of a request a site answered.
+#[derive(Clone, Debug)]
+pub struct SiteLog {
+    pub name: Box<str>,
+    pub log: usize,
+}
+
 pub struct Worker<'s> {
-    pub config: &'s Config,
+    pub config: &'s Settings,
     pub server: &'s ServerStats,
     pub stats: &'s WorkerStats,
     /// Which I/O method sends a file's body.
@@ -224,7 +256,9 @@ pub struct Worker<'s> {
     pub seen: Instant,
     pub date: DateCache,
     pub files: OpenFileTable,
-    pub log: AccessLog,
+    /// The access logs, in the order the server opened them (the
+    /// server's own first).
+    pub logs: Vec<AccessLog>,
     /// Per-request service records (a no-op unless `log.service_records`).
     pub records: ServiceLog,
     pub pool: BufPool,
@@ -250,14 +284,16 @@ pub struct Worker<'s> {
     /// What the I/O pool found for the path of the request being answered
     /// again (taken by static files; cleared after the answer).
     pub resolved: Option<Result<Found, ResolveError>>,
+    /// Credentials this worker recently let in (`htpasswd.rs`).
+    pub auth: AuthCache,
     settling: Settling,
 }
 
 impl<'s> Worker<'s> {
     pub fn new(
-        config: &'s Config,
+        config: &'s Settings,
         server: &'s ServerStats,
-        (access, records): (&'s AccessTarget, &'s RecordTarget),
+        (access, records): (&'s [AccessTarget], &'s RecordTarget),
         io: &'s StaticIo,
         index: usize,
         watcher: Box<dyn Watcher>,
@@ -271,18 +307,19 @@ impl<'s> Worker<'s> {
             seen: Instant::now(),
             date: DateCache::new(SystemTime::now()),
             files: OpenFileTable::new(config.static_files.open_file_cache, config.static_files.open_file_valid.0),
-            log: AccessLog::new(access, config.log.access_buffer.usize()),
-            records: ServiceLog::new(records, config.log.access_buffer.usize()),
+            logs: access.iter().map(|a| AccessLog::new(a, config.access_buffer)).collect(),
+            records: ServiceLog::new(records, config.access_buffer),
             pool: BufPool::default(),
             path: Vec::with_capacity(256),
             scratch: Vec::with_capacity(256),
             watcher,
-            reaper: Reaper::new(config.cgi.kill_group),
+            reaper: Reaper::new(config.kill_group),
             listeners: Vec::new(),
             idle: 0,
             backend_jobs: 0,
             offload: None,
             resolved: None,
+            auth: AuthCache::default(),
             settling: Settling::default(),
         }
     }
@@ -317,7 +354,9 @@ impl<'s> Worker<'s> {
     /// Writes out the buffered access-log lines and service records: once
     /// a second and when the worker ends.
     pub fn flush_logs(&mut self) {
-        self.log.flush();
+        for log in &mut self.logs {
+            log.flush();
+        }
         self.records.flush();
     }
 

@@ -1,6 +1,9 @@
 //! `tern`: one binary for the server, the load generator and the lab.
 
 mod cmd;
+mod flags;
+
+use std::sync::Arc;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -30,6 +33,9 @@ enum Command {
     Agent(cmd::agent::Args),
     /// The performance lab: the results store of every run.
     Lab(cmd::lab::Args),
+    /// Show which site and location a request reaches, every rule looked
+    /// at and why, and what would be answered.
+    Route(cmd::route::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -40,8 +46,10 @@ fn main() -> std::process::ExitCode {
         Command::Man(args) => cmd::man::run(args, Cli::command()),
         Command::Tune(args) => cmd::tune::run(args),
         Command::Probe(args) => cmd::probe::run(args),
-        Command::Agent(args) => cmd::agent::run(args),
+        // The agent runs `tern bench` arguments with bench's own parser.
+        Command::Agent(args) => cmd::agent::run(args, Arc::new(cmd::bench::run_for_agent)),
         Command::Lab(args) => cmd::lab::run(args),
+        Command::Route(args) => cmd::route::run(args),
     };
     match result {
         Ok(code) => code,

@@ -11,12 +11,13 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Request, Status};
 
+use super::access::Access;
 use super::proto::agent_client::AgentClient;
 use super::proto::{BenchRequest, Empty, FetchRequest, Need, PeerPorts, PeerRequest, ProbeRequest};
-use super::{Access, CALL_TIMEOUT, CONNECT_TIMEOUT, KEEPALIVE};
+use super::timeouts::{CALL_TIMEOUT, CONNECT_TIMEOUT, KEEPALIVE, SLACK};
+use crate::probe::report::ProbeReport;
 use crate::probe::stopwatch::{now_ns, Interval};
 use crate::probe::suites::net::PeerAddrs;
-use crate::probe::ProbeReport;
 
 /// Puts the token on every call.
 #[derive(Clone)]
@@ -207,7 +208,7 @@ impl Agent {
         interval: Duration,
         quick: bool,
     ) -> io::Result<ProbeReport> {
-        let deadline = super::SLACK + Duration::from_secs(600);
+        let deadline = SLACK + Duration::from_secs(600);
         let req = ProbeRequest {
             suites: suites.to_vec(),
             samples: samples as u32,
@@ -236,7 +237,7 @@ impl Agent {
         stop: tokio::sync::oneshot::Receiver<()>,
     ) {
         let mut c = self.client.clone();
-        let req = Self::request(PeerRequest { seconds: lifetime.as_secs() as u32 }, lifetime + super::SLACK);
+        let req = Self::request(PeerRequest { seconds: lifetime.as_secs() as u32 }, lifetime + SLACK);
         let started = self.within(CALL_TIMEOUT, "start the net peer", async move {
             let mut replies = c.peer(req).await?.into_inner();
             let ports = replies.message().await?.ok_or_else(|| Status::data_loss("no ports in the reply"))?;
@@ -263,7 +264,7 @@ impl Agent {
     /// Runs `tern bench ARGS` on the agent, starting at `start_unix_ns`; the
     /// report's JSON comes back. `expected` is how long the run should take.
     pub fn bench(&mut self, args: Vec<String>, start_unix_ns: u64, expected: Duration) -> io::Result<String> {
-        let deadline = expected + super::SLACK;
+        let deadline = expected + SLACK;
         let mut c = self.client.clone();
         let req = BenchRequest { args, start_unix_ns };
         Ok(self
@@ -312,6 +313,7 @@ impl PeerLease {
         Ok(PeerLease {
             addrs: PeerAddrs {
                 tcp_echo: at(ports.tcp_echo),
+                tcp_accept: at(ports.tcp_accept),
                 udp_echo: at(ports.udp_echo),
                 tcp_source: at(ports.tcp_source),
             },

@@ -12,9 +12,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::proto::agent_server::{Agent, AgentServer};
 use super::proto::{BenchRequest, Bytes, Empty, FetchRequest, Json, Need, PeerPorts, PeerRequest, ProbeRequest};
-use super::BenchRunner;
+use super::timeouts::KEEPALIVE;
+use crate::probe::ctx::Options;
+use crate::probe::report::ProbeReport;
 use crate::probe::suites::net::Peer;
-use crate::probe::{self, Options, Suite};
+use crate::probe::suites::Suite;
 
 /// Largest fetch or piece served: bigger ones would only measure memory.
 pub const MAX_TRANSFER: u64 = 64 << 20;
@@ -22,8 +24,25 @@ pub const MAX_TRANSFER: u64 = 64 << 20;
 /// The longest a net suite's peer lives, whatever the caller asks.
 pub const MAX_PEER_LIFETIME: Duration = Duration::from_secs(600);
 
+/// What a load run on an agent does: parse `tern bench` arguments and run
+/// them, returning the report as JSON. Given by the CLI, which owns the
+/// arguments' syntax.
+pub type BenchRunner = std::sync::Arc<dyn Fn(Vec<String>) -> Result<String, String> + Send + Sync>;
+
+/// What a probe on an agent does: run the suites on this host. Given by
+/// what starts the agent (`crate::remote::run`): the rpc suite among them
+/// itself calls an agent, so the suites are dispatched above this module.
+pub type ProbeRunner = fn(&[Suite], &Options) -> std::io::Result<ProbeReport>;
+
+/// What an agent runs for its master, handed to it by what starts it.
+#[derive(Clone)]
+pub struct Work {
+    pub bench: BenchRunner,
+    pub probe: ProbeRunner,
+}
+
 struct Service {
-    runner: BenchRunner,
+    work: Work,
     /// The address the agent listens on: its peers listen there too, so a
     /// master that reaches the agent reaches them by the same route.
     ip: IpAddr,
@@ -70,7 +89,8 @@ impl Agent for Service {
         if r.quick {
             opts = opts.quick();
         }
-        let report = tokio::task::spawn_blocking(move || probe::run(&suites, &opts))
+        let probe = self.work.probe;
+        let report = tokio::task::spawn_blocking(move || probe(&suites, &opts))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| Status::internal(e.to_string()))?;
@@ -85,7 +105,7 @@ impl Agent for Service {
             return Err(Status::invalid_argument("the start time is more than 60 s away: are the clocks in sync?"));
         }
         tokio::time::sleep(start.saturating_sub(now)).await;
-        let runner = self.runner.clone();
+        let runner = self.work.bench.clone();
         let json = tokio::task::spawn_blocking(move || runner(r.args))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
@@ -108,6 +128,7 @@ impl Agent for Service {
             tcp_echo: a.tcp_echo.port().into(),
             udp_echo: a.udp_echo.port().into(),
             tcp_source: a.tcp_source.port().into(),
+            tcp_accept: a.tcp_accept.port().into(),
         };
         tx.send(Ok(ports)).await.map_err(|_| Status::cancelled("the caller left"))?;
         // The peer lives until the caller ends the call (its stream is
@@ -149,10 +170,10 @@ fn accepted(listener: tokio::net::TcpListener) -> impl Stream<Item = std::io::Re
 }
 
 /// The service with its limits and the token check in front.
-fn service(runner: BenchRunner, token: String, ip: IpAddr) -> InterceptedService<AgentServer<Service>, TokenCheck> {
+fn service(work: Work, token: String, ip: IpAddr) -> InterceptedService<AgentServer<Service>, TokenCheck> {
     let limit = MAX_TRANSFER as usize + 1024;
     let server =
-        AgentServer::new(Service { runner, ip }).max_decoding_message_size(limit).max_encoding_message_size(limit);
+        AgentServer::new(Service { work, ip }).max_decoding_message_size(limit).max_encoding_message_size(limit);
     InterceptedService::new(server, TokenCheck(format!("Bearer {token}")))
 }
 
@@ -169,12 +190,12 @@ pub fn serve(
     addr: SocketAddr,
     token: String,
     tls: Option<TlsPair>,
-    runner: BenchRunner,
+    work: Work,
     ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     let mut builder = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(super::KEEPALIVE))
-        .http2_keepalive_timeout(Some(super::KEEPALIVE));
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE));
     if let Some(pair) = tls {
         let identity = tonic::transport::Identity::from_pem(pair.cert_pem, pair.key_pem);
         // Builds the rustls configuration now: a key that does not match or
@@ -191,7 +212,7 @@ pub fn serve(
         ready(bound);
         let incoming = accepted(listener);
         builder
-            .add_service(service(runner, token, bound.ip()))
+            .add_service(service(work, token, bound.ip()))
             .serve_with_incoming(incoming)
             .await
             .map_err(std::io::Error::other)
@@ -199,7 +220,8 @@ pub fn serve(
 }
 
 /// An agent on a thread of this process (for the local rpc suite), stopped
-/// when dropped.
+/// when dropped. It answers the rpc suite's calls only: it runs no load and
+/// no probes.
 pub struct LocalAgent {
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -213,8 +235,11 @@ impl LocalAgent {
         std_listener.set_nonblocking(true)?;
         let addr = std_listener.local_addr()?;
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let runner: BenchRunner = std::sync::Arc::new(|_| Err("no load runs on a local agent".into()));
-        let service = service(runner, token.to_string(), addr.ip());
+        let work = Work {
+            bench: std::sync::Arc::new(|_| Err("no load runs on a local agent".into())),
+            probe: |_, _| Err(std::io::Error::other("no probes on a local agent")),
+        };
+        let service = service(work, token.to_string(), addr.ip());
         let thread = std::thread::Builder::new().name("tern-local-agent".into()).spawn(move || {
             rt.block_on(async move {
                 let Ok(listener) = tokio::net::TcpListener::from_std(std_listener) else { return };

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Error, Run, RunData, Store};
+use super::run::{better_name, Run, RunData};
+use super::sqlite::{Error, Store};
 
 /// Names the file format, so `import` refuses anything else clearly.
 const FORMAT: &str = "tern-lab-runs";
@@ -48,13 +49,7 @@ pub fn import_json(store: &mut Store, text: &str) -> Result<Vec<i64>, Error> {
             doc.format, doc.version
         )));
     }
-    let savepoint = store.conn.unchecked_transaction().map_err(|e| store.err(e))?;
-    let mut ids = Vec::new();
-    for run in &doc.runs {
-        ids.push(store.insert_in(&savepoint, &run.data)?);
-    }
-    savepoint.commit().map_err(|e| store.err(e))?;
-    Ok(ids)
+    store.insert_all(doc.runs.iter().map(|r| &r.data))
 }
 
 /// A CSV field, quoted when it needs to be (RFC 4180).
@@ -85,7 +80,7 @@ pub fn csv(runs: &[Run]) -> String {
                 field(&m.metric),
                 m.value.to_string(),
                 field(&m.unit),
-                super::better_name(m.better).to_string(),
+                better_name(m.better).to_string(),
                 opt(m.size),
                 opt(m.concurrency),
                 opt(m.cpus),

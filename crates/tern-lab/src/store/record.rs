@@ -2,7 +2,7 @@
 //! measurements (what the dashboard charts), with the report itself kept
 //! whole beside them.
 
-use super::{Measurement, RunData, Snapshot, Status};
+use super::run::{now, Measurement, RunData, Snapshot, Status};
 use crate::load::Report;
 use crate::probe::env::Environment;
 use crate::probe::figure::Better;
@@ -19,7 +19,7 @@ pub struct Context {
 impl Context {
     /// This process's command line; the run started at `started_at`.
     pub fn here(label: String, started_at: f64) -> Context {
-        Context { command_line: std::env::args().collect(), label, started_at, finished_at: super::now() }
+        Context { command_line: std::env::args().collect(), label, started_at, finished_at: now() }
     }
 }
 

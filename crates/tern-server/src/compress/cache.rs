@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use tern_http::accept_encoding::Coding;
 
-use crate::config::WhenFull;
+use super::config::WhenFull;
 use crate::open_files::Identity;
 
 const SHARDS: usize = 16;

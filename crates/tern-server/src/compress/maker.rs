@@ -24,10 +24,9 @@ pub struct Maker {
     pub(super) levels: Levels,
     /// Larger files get sidecars only.
     pub(super) max_size: u64,
-    /// A descriptor of the document root of its own, so background threads
-    /// can look for sidecars (through [`Root::find`], like every open);
-    /// `None` when sidecars are off.
-    pub(super) root: Option<Root>,
+    /// Whether sidecars are looked for (under the file's own root, through
+    /// [`Root::find`], like every open).
+    pub(super) sidecars: bool,
     pub(super) cache: Arc<Cache>,
 }
 
@@ -36,13 +35,21 @@ impl Maker {
     /// `claim`: its sidecar when there is one not older than the file, else
     /// compressed, unless the file is over `max_size` (`None`, the claim
     /// released).
-    pub fn fill(&self, file: &OpenFile, coding: Coding, claim: Claim, now: Instant) -> io::Result<Option<Arc<Entry>>> {
-        let claim = match &self.root {
-            Some(root) => match self.sidecar(root, file, coding, claim, now) {
+    pub fn fill(
+        &self,
+        root: &Root,
+        file: &OpenFile,
+        coding: Coding,
+        claim: Claim,
+        now: Instant,
+    ) -> io::Result<Option<Arc<Entry>>> {
+        let claim = if self.sidecars {
+            match self.sidecar(root, file, coding, claim, now) {
                 Ok(entry) => return Ok(Some(entry)),
                 Err(claim) => claim,
-            },
-            None => claim,
+            }
+        } else {
+            claim
         };
         if file.size > self.max_size {
             return Ok(None);

@@ -20,6 +20,7 @@
 
 pub mod cache;
 pub mod codec;
+pub mod config;
 pub mod load;
 pub mod maker;
 pub mod workers;
@@ -34,11 +35,11 @@ use tern_http::Request;
 
 use self::cache::{Cache, Entry, Key, Lookup};
 use self::codec::Levels;
+use self::config::CodingName;
 use self::load::Thresholds;
 use self::maker::{make, Maker};
 use self::workers::{Background, Job};
-use crate::config::{CodingName, Config, Level};
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::open_files::OpenFile;
 use crate::resolve::Root;
 use crate::worker::Worker;
@@ -57,31 +58,19 @@ pub enum Choice {
     Changed,
 }
 
-/// `[compression]`, prepared once.
-struct Settings {
+/// What a site compresses (its keys of `[compression]`, prepared once):
+/// whether, which codings, which files.
+#[derive(Debug)]
+pub struct Policy {
     enabled: bool,
     offered: Vec<Coding>,
     min_size: u64,
     /// Exact types, and `type/` prefixes for `type/*`.
     mime_types: Vec<String>,
-    adaptive: bool,
-    thresholds: Thresholds,
 }
 
-/// The compression machinery one server shares: settings, cache and
-/// background threads.
-pub struct Compression {
-    settings: Settings,
-    pub cache: Arc<Cache>,
-    maker: Arc<Maker>,
-    pub background: Background,
-}
-
-impl Compression {
-    /// Prepares the settings and starts the background threads.
-    pub fn start(config: &Config) -> io::Result<Compression> {
-        let c = &config.compression;
-        let levels = Levels { gzip: c.gzip_level, br: c.br_level, zstd: c.zstd_level };
+impl Policy {
+    pub fn new(c: &config::Compression) -> Policy {
         let mut offered: Vec<Coding> = Vec::new();
         for name in &c.codings {
             let coding = match name {
@@ -93,36 +82,22 @@ impl Compression {
                 offered.push(coding);
             }
         }
-        let cache = Arc::new(Cache::new(c.cache_memory.0, c.idle.0, c.when_full));
-        let s = &config.server;
-        let root = if c.sidecars {
-            Some(Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
-                io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
-            })?)
-        } else {
-            None
-        };
-        let maker = Arc::new(Maker { levels, max_size: c.max_size.0, root, cache: cache.clone() });
-        let background = Background::start(c.background_threads, c.background_queue, maker.clone())?;
-        let settings = Settings {
+        Policy {
             enabled: c.enabled && !offered.is_empty(),
             offered,
             min_size: c.min_size.0,
             mime_types: c.mime_types.iter().map(|m| m.trim_end_matches('*').to_ascii_lowercase()).collect(),
-            adaptive: c.adaptive,
-            thresholds: Thresholds { accept_queue: c.busy_accept_queue, in_flight: c.busy_in_flight },
-        };
-        Ok(Compression { settings, cache, maker, background })
+        }
+    }
+
+    /// Compresses nothing.
+    pub fn off() -> Policy {
+        Policy { enabled: false, offered: Vec::new(), min_size: 0, mime_types: Vec::new() }
     }
 
     /// Whether any coding is offered at all.
     pub fn enabled(&self) -> bool {
-        self.settings.enabled
-    }
-
-    /// Stops the background threads.
-    pub fn stop(&self) {
-        self.background.stop();
+        self.enabled
     }
 
     /// Does a file of this type and size have compressed variants (and so
@@ -130,22 +105,50 @@ impl Compression {
     /// `max_size` still do: they may have precompressed sidecars.
     pub fn negotiable(&self, content_type: &str, size: u64) -> bool {
         let base = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-        self.settings.enabled
-            && size >= self.settings.min_size
-            && self.settings.mime_types.iter().any(|m| {
-                if m.ends_with('/') {
-                    base.starts_with(m.as_str())
-                } else {
-                    base == *m
-                }
-            })
+        self.enabled
+            && size >= self.min_size
+            && self.mime_types.iter().any(|m| if m.ends_with('/') { base.starts_with(m.as_str()) } else { base == *m })
+    }
+}
+
+/// The compression machinery one server shares: cache, makers and
+/// background threads; each site brings its [`Policy`].
+pub struct Compression {
+    adaptive: bool,
+    thresholds: Thresholds,
+    pub cache: Arc<Cache>,
+    maker: Arc<Maker>,
+    pub background: Background,
+}
+
+impl Compression {
+    /// Prepares the machinery and starts the background threads.
+    pub fn start(c: &config::Compression) -> io::Result<Compression> {
+        let levels = Levels { gzip: c.gzip_level, br: c.br_level, zstd: c.zstd_level };
+        let cache = Arc::new(Cache::new(c.cache_memory.0, c.idle.0, c.when_full));
+        let maker = Arc::new(Maker { levels, max_size: c.max_size.0, sidecars: c.sidecars, cache: cache.clone() });
+        let background = Background::start(c.background_threads, c.background_queue, maker.clone())?;
+        Ok(Compression {
+            adaptive: c.adaptive,
+            thresholds: Thresholds { accept_queue: c.busy_accept_queue, in_flight: c.busy_in_flight },
+            cache,
+            maker,
+            background,
+        })
     }
 
-    /// Chooses what a GET or HEAD of `file` sends. `fresh`: the file was
-    /// resolved by this request, so its identity needs no second look.
+    /// Stops the background threads.
+    pub fn stop(&self) {
+        self.background.stop();
+    }
+
+    /// Chooses what a GET or HEAD of `file` (under `root`, negotiated by
+    /// `policy`) sends. `fresh`: the file was resolved by this request, so
+    /// its identity needs no second look.
     pub fn select(
         &self,
-        root: &Root,
+        policy: &Policy,
+        root: &Arc<Root>,
         req: &Request<'_>,
         w: &mut Worker<'_>,
         file: &Arc<OpenFile>,
@@ -162,7 +165,7 @@ impl Compression {
         if req.fields.range.is_some() && prefs.quality(Coding::Identity) > 0 {
             return Choice::Identity;
         }
-        let coding = match prefs.choose(&self.settings.offered) {
+        let coding = match prefs.choose(&policy.offered) {
             None => return Choice::NotAcceptable,
             Some(Coding::Identity) => return Choice::Identity,
             Some(c) => c,
@@ -193,17 +196,17 @@ impl Compression {
             Lookup::Claimed(claim) => claim,
         };
         w.stats.compress_misses.incr();
-        if self.settings.adaptive && !identity_refused {
-            if let Some(why) = self.settings.thresholds.busy(&w.listeners, &w.server.workers) {
+        if self.adaptive && !identity_refused {
+            if let Some(why) = self.thresholds.busy(&w.listeners, &w.server.workers) {
                 log!(Level::Debug, "compression of {:?} deferred: {why:?}", String::from_utf8_lossy(&file.rel_path));
                 w.stats.compress_deferred.incr();
                 // The job looks for a sidecar too: nothing but this
                 // bookkeeping happens on the worker while it is busy.
-                self.background.submit(Job { claim, file: file.clone(), coding });
+                self.background.submit(Job { claim, root: root.clone(), file: file.clone(), coding });
                 return Choice::Identity;
             }
         }
-        match self.maker.fill(file, coding, claim, w.now) {
+        match self.maker.fill(root, file, coding, claim, w.now) {
             Ok(Some(entry)) => Choice::Compressed(entry),
             // Too large to compress, and no sidecar.
             Ok(None) => self.uncached(w, file, coding, identity_refused),

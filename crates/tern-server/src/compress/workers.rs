@@ -16,9 +16,9 @@ use tern_http::accept_encoding::Coding;
 
 use super::cache::Claim;
 use super::maker::Maker;
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::open_files::OpenFile;
+use crate::resolve::Root;
 
 /// Niceness of the background threads: the lowest priority short of
 /// `SCHED_IDLE`.
@@ -27,6 +27,8 @@ const NICE: i32 = 19;
 /// One variant to make.
 pub struct Job {
     pub claim: Claim,
+    /// The file's root: its sidecars are looked for there.
+    pub root: Arc<Root>,
     pub file: Arc<OpenFile>,
     pub coding: Coding,
 }
@@ -91,8 +93,8 @@ fn run(sweeper: bool, jobs: &Receiver<Job>, stop: &Receiver<()>, maker: &Maker) 
             }
             recv(jobs) -> job => {
                 let Ok(job) = job else { return };
-                let Job { claim, file, coding } = job;
-                if let Err(e) = maker.fill(&file, coding, claim, Instant::now()) {
+                let Job { claim, root, file, coding } = job;
+                if let Err(e) = maker.fill(&root, &file, coding, claim, Instant::now()) {
                     log!(Level::Warn, "background compression failed: {e}");
                 }
             }

@@ -11,8 +11,7 @@ use tern_http::request::{parse_head, BodyFraming, Head, Request, Version, MAX_HE
 use tern_http::Method;
 
 use crate::access_log::Entry;
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::site::{Answer, Ends};
@@ -22,6 +21,18 @@ use crate::worker::Worker;
 
 use super::send::MAX_GATHERED;
 use super::state::{Awaited, Clock, Conn, Phase, Status};
+
+/// An answer as it is counted and logged.
+pub(super) struct Answered<'a> {
+    /// The site that answered (`None`: the request was not routed).
+    pub(super) site: Option<u32>,
+    /// Its request line.
+    pub(super) line: &'a [u8],
+    pub(super) status: u16,
+    pub(super) bytes: u64,
+    pub(super) referer: Option<&'a [u8]>,
+    pub(super) user_agent: Option<&'a [u8]>,
+}
 
 impl Conn {
     /// Answers the complete request at `rpos`, parsing its head again (it
@@ -78,7 +89,7 @@ impl Conn {
         let mut reply = Reply::new(
             &mut self.out,
             w.date.http(),
-            &config.server.server_header,
+            &config.server_header,
             self.io.fields(),
             req.method == Method::Head,
             req.version == Version::Http10,
@@ -92,18 +103,30 @@ impl Conn {
             reply.redirect(308, location.as_bytes());
             Answer::Done
         } else {
-            shared.site.respond(req, &mut self.spool, Ends { peers: &self.peers, sock: &self.io.sock }, &mut reply, w)
+            let ends = Ends {
+                peers: &self.peers,
+                sock: &self.io.sock,
+                sni: self.io.server_name(),
+                https: self.io.tls.is_some(),
+            };
+            shared.site.respond(req, &mut self.spool, ends, &mut reply, w)
         };
         let ticket = match answer {
             Answer::Backend(job) => {
                 self.keep_alive = reply.keep_alive;
-                return self.start_backend(w, req, job);
+                let answerer = (reply.dressing.cloned(), reply.site);
+                return self.start_backend(w, req, job, answerer);
             }
             Answer::Waiting(ticket) => ticket,
             Answer::Done => {
                 reply.finish();
-                let (status, body_len, keep_alive) = (reply.status, reply.body_len, reply.keep_alive);
-                return self.answered_whole(w, req, status, body_len, keep_alive);
+                let (status, bytes, keep_alive, site) = (reply.status, reply.body_len, reply.keep_alive, reply.site);
+                self.keep_alive = keep_alive;
+                w.stats.requests.incr();
+                let line = req.request_line.as_bytes();
+                let (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
+                self.log_answer(w, Answered { site, line, status, bytes, referer, user_agent });
+                return self.after_answer(w);
             }
         };
         // Not answered yet: answered again once the file is open.
@@ -114,37 +137,30 @@ impl Conn {
         }
     }
 
-    /// Counts and logs an answer that is queued whole.
-    fn answered_whole(&mut self, w: &mut Worker<'_>, req: &Request<'_>, status: u16, body_len: u64, keep_alive: bool) {
-        self.keep_alive = keep_alive;
-        w.stats.requests.incr();
-        let (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
-        self.log_answer(w, req.request_line.as_bytes(), status, body_len, referer, user_agent);
-        self.after_answer(w);
-    }
-
-    /// Counts an answer's status, logs it (`line`: its request line) and
-    /// notes it for its service record.
-    pub(super) fn log_answer(
-        &mut self,
-        w: &mut Worker<'_>,
-        line: &[u8],
-        status: u16,
-        bytes: u64,
-        referer: Option<&[u8]>,
-        user_agent: Option<&[u8]>,
-    ) {
-        w.stats.status(status);
-        w.log.record(&Entry {
+    /// Counts an answer's status (for its site too), logs it to its site's
+    /// access log and notes it for its service record.
+    pub(super) fn log_answer(&mut self, w: &mut Worker<'_>, a: Answered<'_>) {
+        w.stats.status(a.status);
+        let config = w.config;
+        let (site, log) = match a.site.and_then(|i| config.sites.get(i as usize).map(|s| (i, s))) {
+            Some((i, s)) => {
+                w.stats.site(i as usize, a.status, a.bytes);
+                (&*s.name, s.log)
+            }
+            None => ("", 0),
+        };
+        w.logs[log].record(&Entry {
             client: self.peers.peer.ip(),
             time: w.date.clf(),
-            request_line: line,
-            status,
-            bytes,
-            referer,
-            user_agent,
+            request_line: a.line,
+            status: a.status,
+            bytes: a.bytes,
+            referer: a.referer,
+            user_agent: a.user_agent,
+            site,
+            epoch: w.date.second(),
         });
-        self.records.answered(w, status, bytes);
+        self.records.answered(w, a.status, a.bytes);
     }
 
     /// Answers a request that could not be parsed (or timed out) and
@@ -155,14 +171,13 @@ impl Conn {
             self.out.adopt(w.pool.take());
         }
         let fields = self.io.fields();
-        let mut reply =
-            Reply::new(&mut self.out, w.date.http(), &config.server.server_header, fields, false, false, false);
+        let mut reply = Reply::new(&mut self.out, w.date.http(), &config.server_header, fields, false, false, false);
         reply.error(status);
         reply.finish();
         let bytes = reply.body_len;
         // Every answer counts, 408 and a bad body's 400/413 included.
         w.stats.requests.incr();
-        self.log_answer(w, line, status, bytes, None, None);
+        self.log_answer(w, Answered { site: None, line, status, bytes, referer: None, user_agent: None });
         self.keep_alive = false;
         self.body = None;
         self.phase = Phase::Send;

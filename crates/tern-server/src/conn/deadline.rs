@@ -1,5 +1,5 @@
 //! Deadlines: a clock per phase (idle, header, body, send, backend, exit,
-//! linger, disk; `config::Timeouts`), each with a minimum data rate that
+//! linger, disk; `limits::Timeouts`), each with a minimum data rate that
 //! extends it, and the once-a-second tick that enforces it — a `408` to a
 //! client that stalled mid-request, a closed (and, while sending, reset)
 //! connection otherwise. The clock also keeps the worker's count of idle
@@ -13,8 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::metrics::TimeoutKind;
 use crate::reaper;
 use crate::shared::Shared;

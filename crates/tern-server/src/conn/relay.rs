@@ -11,8 +11,7 @@
 use tern_http::request::{parse_head, Head, Request, Version, MAX_HEADERS};
 use tern_http::Method;
 
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::reply::{Params, Reply};
 use crate::shared::Shared;
 use crate::site::backend::Job;
@@ -20,7 +19,11 @@ use crate::site::cgi::Pump;
 use crate::spool::Spool;
 use crate::worker::Worker;
 
+use super::answer::Answered;
 use super::state::{Backend, Clock, Conn, Phase, Status};
+
+/// Who answers a backend's request: the location's dressing and the site.
+pub(super) type Answerer = (Option<std::sync::Arc<crate::reply::Dressing>>, Option<u32>);
 
 /// Local redirects (RFC 3875 §6.2.2) followed for one request.
 const MAX_LOCAL_REDIRECTS: u8 = 10;
@@ -28,21 +31,22 @@ const MAX_LOCAL_REDIRECTS: u8 = 10;
 impl Backend {
     /// How the answer to this backend's request is framed on a connection
     /// with header lines `fields`.
-    fn params<'a>(&self, w: &'a Worker<'_>, fields: &'a [u8], keep_alive: bool) -> Params<'a> {
+    fn params<'a>(&'a self, w: &'a Worker<'_>, fields: &'a [u8], keep_alive: bool) -> Params<'a> {
         Params {
             date: w.date.http(),
-            server: &w.config.server.server_header,
+            server: &w.config.server_header,
             fields,
             head_only: self.head_only,
             http10: self.http10,
             keep_alive,
+            dressing: self.dressing.as_ref(),
         }
     }
 }
 
 impl Conn {
     /// Hands the rest of the answer to a started backend.
-    pub(super) fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, mut job: Job) {
+    pub(super) fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, mut job: Job, answerer: Answerer) {
         w.stats.requests.incr();
         if let Err(err) = job.watch(self.key, w) {
             log!(Level::Error, "cannot watch a backend's descriptor: {err}");
@@ -57,6 +61,8 @@ impl Conn {
             host: req.host.unwrap_or("localhost").to_string(),
             head_only: req.method == Method::Head,
             http10: req.version == Version::Http10,
+            dressing: answerer.0,
+            site: answerer.1,
         }));
         self.phase = Phase::Backend;
         self.set_clock(Clock::Backend, w);
@@ -66,12 +72,22 @@ impl Conn {
     /// to return, or `None` to keep driving.
     pub(super) fn pump(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Option<Status> {
         let b = self.backend.as_mut().expect("backend phase without a backend");
-        let params = b.params(w, self.io.fields(), self.keep_alive);
-        match b.job.pump(&mut self.out, &params, shared.site.cgi.pipe_buffer, w) {
+        // The job apart from what shapes its head, borrowed side by side.
+        let Backend { job, head_only, http10, dressing, .. } = &mut **b;
+        let params = Params {
+            date: w.date.http(),
+            server: &w.config.server_header,
+            fields: self.io.fields(),
+            head_only: *head_only,
+            http10: *http10,
+            keep_alive: self.keep_alive,
+            dressing: dressing.as_ref(),
+        };
+        match job.pump(&mut self.out, &params, w.config.pipe_buffer, w) {
             Pump::Wait => None,
             Pump::Progress => None,
             Pump::AwaitExit => {
-                if let Some(fd) = b.job.exit_fd() {
+                if let Some(fd) = job.exit_fd() {
                     if let Err(err) = w.watcher.watch(self.key, fd) {
                         log!(Level::Error, "cannot watch a CGI program's exit: {err}");
                     }
@@ -135,7 +151,8 @@ impl Conn {
 
     fn log_backend(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
         let (referer, user_agent) = (b.referer.as_deref(), b.user_agent.as_deref());
-        self.log_answer(w, b.request_line.as_bytes(), status, bytes, referer, user_agent);
+        let line = b.request_line.as_bytes();
+        self.log_answer(w, Answered { site: b.site, line, status, bytes, referer, user_agent });
     }
 
     /// Answers `GET location` in place of the program's response.
@@ -170,7 +187,7 @@ impl Conn {
     pub(super) fn backend_tick(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
         let client_blocked = !self.out.is_empty();
         let Some(b) = self.backend.as_mut() else { return Status::Open };
-        let Some(status) = b.job.expired(w.now, shared.site.cgi.timeout, client_blocked, w) else {
+        let Some(status) = b.job.expired(w.now, client_blocked, w) else {
             return Status::Open;
         };
         let b = self.end_backend(w, true);

@@ -11,8 +11,7 @@
 
 use tern_http::request::{parse_head, BodyFraming, Head, MAX_HEADERS};
 
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::shared::Shared;
 use crate::spool::Spool;
 use crate::worker::Worker;

@@ -13,8 +13,7 @@
 use std::os::unix::fs::FileExt;
 
 use crate::body::Flushed;
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::offload::Task;
 use crate::open_files::OpenFile;
 use crate::shared::Shared;

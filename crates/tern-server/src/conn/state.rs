@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use crate::body::OutQueue;
 use crate::offload::Ticket;
+use crate::reply::Dressing;
 use crate::service_records::Stage;
 use crate::site::backend::Job;
 use crate::site::Peers;
@@ -49,7 +50,7 @@ pub(super) enum Phase {
     Wait,
 }
 
-/// The clock a phase runs against (see `config::Timeouts`).
+/// The clock a phase runs against (see `limits::Timeouts`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Clock {
     Idle,
@@ -82,6 +83,10 @@ pub(super) struct Backend {
     pub(super) host: String,
     pub(super) head_only: bool,
     pub(super) http10: bool,
+    /// The answering location's dressing of its response.
+    pub(super) dressing: Option<Arc<Dressing>>,
+    /// The site that answers (`Reply::site`).
+    pub(super) site: Option<u32>,
 }
 
 /// Work in the I/O pool a connection waits for.

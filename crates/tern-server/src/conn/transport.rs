@@ -230,6 +230,11 @@ impl Transport {
         self.tls.as_ref().map_or(&[], |t| t.fields())
     }
 
+    /// The host name a TLS client asked for (SNI), if any.
+    pub(super) fn server_name(&self) -> Option<&str> {
+        self.tls.as_ref().and_then(|t| t.server_name())
+    }
+
     /// Reads what the socket has into `buf`'s spare capacity (or takes
     /// what the ring received, the buffer it came in going back to `pool`),
     /// counting the bytes into `moved`.

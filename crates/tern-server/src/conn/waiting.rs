@@ -12,8 +12,7 @@ use std::sync::Arc;
 
 use tern_http::request::{parse_head, Head, MAX_HEADERS};
 
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::offload::{Done, Ticket};
 use crate::shared::Shared;
 use crate::spool::Spool;

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use rustix::event::EventfdFlags;
 
-use crate::config::Level;
 use crate::conn::{Conn, Status};
+use crate::error_log::Level;
 use crate::error_log::{self, log};
 use crate::metrics::Ending;
 use crate::service_records::Stage;

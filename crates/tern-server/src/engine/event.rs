@@ -3,8 +3,21 @@
 //!
 //! Sockets are registered once for both directions; the connection keeps
 //! track of what it is waiting for, so no `epoll_ctl` is made per request.
-//! Deadlines are checked by a sweep once a second (a timeout is thus enforced
-//! within a second of its configured value).
+//! A connection accepted with its first bytes (`server.defer_accept`) is
+//! read in the turn that accepts it, and joins the epoll set only if that
+//! read did not end it. Deadlines are checked by a sweep once a second (a
+//! timeout is thus enforced within a second of its configured value).
+//!
+//! A connection's second descriptor — a CGI program's output pipe, the
+//! eventfd of a request waiting for a pooled FastCGI connection or for the
+//! I/O pool — has the token beside its socket's, registered through the
+//! `Watcher` the worker lends (`watch.rs`). A pooled FastCGI connection is registered
+//! by its place in the pool instead (`Links`), so passing it from one
+//! request of the reactor to the next costs no `epoll_ctl`. What no
+//! descriptor reports (a FastCGI connection handed to a request waiting
+//! for one, a connection that sent its `static.sendfile_max_chunk` and lets
+//! the others go first) rings the reactor's doorbell, whose connections
+//! it drives once per turn, before it waits again.
 //!
 //! Besides its listeners, a worker takes connections from its inbox: those
 //! a replaced server hands over on reload. A replaced server's worker
@@ -21,8 +34,8 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use crate::config::Level;
 use crate::conn::{Conn, Status};
+use crate::error_log::Level;
 use crate::error_log::{self, log};
 use crate::handover::Moved;
 use crate::metrics::Ending;
@@ -35,11 +48,21 @@ use super::watch::{self, Ready, FILES};
 
 const TICK: Duration = Duration::from_secs(1);
 
+/// What `[server]` tunes of the event engine.
+#[derive(Clone, Copy)]
+pub struct Tuning {
+    /// `server.busy_poll`.
+    pub busy_poll: Duration,
+    /// `server.defer_accept`.
+    pub defer_accept: Duration,
+}
+
 /// Runs worker `index` until shutdown. Sends its waker (or the error that
 /// kept it from starting) on `ready`; the waker is rung when the server's
 /// [`Ending`] changes or a connection arrives in `inbox`.
 pub fn run(
     shared: &Shared,
+    tuning: Tuning,
     index: usize,
     listeners: Vec<TcpListener>,
     inbox: Receiver<Moved>,
@@ -52,7 +75,7 @@ pub fn run(
             return;
         }
     };
-    let (watcher, doorbell, links) = match watch::watcher(&poll, &waker, shared.site.fastcgi.links) {
+    let (watcher, doorbell, links) = match watch::watcher(&poll, &waker, shared.site.pools.links) {
         Ok(parts) => parts,
         Err(e) => {
             let _ = ready.send(Err(e));
@@ -62,7 +85,7 @@ pub fn run(
     let _ = ready.send(Ok(waker));
     let mut w = shared.worker(index, Box::new(watcher));
     let mut listening = Listening::new(listeners, &mut w);
-    let first_bytes_come_with_accept = !shared.config.server.defer_accept.0.is_zero();
+    let first_bytes_come_with_accept = !tuning.defer_accept.is_zero();
     // A reactor: what may wait for a disk goes to the I/O pool.
     w.offload = shared.offload.as_ref();
     watch::watch_files(&poll, &mut w, index);
@@ -71,7 +94,7 @@ pub fn run(
     let mut next_tick = w.now + TICK;
     let mut ending = Ending::Running;
     let mut rung = Vec::new();
-    let mut busy_poll = BusyPoll::new(shared.config.server.busy_poll.0);
+    let mut busy_poll = BusyPoll::new(tuning.busy_poll);
 
     loop {
         // Connections rung for since the last wait (by this worker's own

@@ -20,9 +20,8 @@ use mio::unix::SourceFd;
 use mio::{Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
-use crate::config::Level;
 use crate::conn::{Conn, Status};
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::handover::Moved;
 use crate::metrics::Ending;
 use crate::shared::Shared;
@@ -37,6 +36,13 @@ pub struct Started {
     pub threads: Vec<JoinHandle<()>>,
     pub doors: Vec<(Sender<Moved>, Arc<Waker>)>,
 }
+
+/// The most threads `server.threads`, `server.max_threads` and each
+/// stage of `[staged]` may ask for.
+pub const MAX_THREADS: usize = 100_000;
+
+/// What a thread count must be (see [`MAX_THREADS`]).
+pub const THREADS_RANGE: &str = "must be between 1 and 100000";
 
 /// Connections accepted per listener per loop turn, so a flood of new
 /// connections cannot starve the ones already open.
@@ -231,7 +237,7 @@ pub fn admit(
         refuse(w, stream, peer, Refusal::PerIp);
         return None;
     }
-    if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.server.max_connections && !evict(w) {
+    if w.server.connections.fetch_add(1, Ordering::Relaxed) >= w.config.max_connections && !evict(w) {
         uncount(shared, w, peer);
         refuse(w, stream, peer, Refusal::Cap);
         return None;

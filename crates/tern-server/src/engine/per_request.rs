@@ -18,8 +18,8 @@ use std::thread::Scope;
 use mio::{Events, Token, Waker};
 use slab::Slab;
 
-use crate::config::Level;
 use crate::conn::{Conn, Status};
+use crate::error_log::Level;
 use crate::error_log::{self, log};
 use crate::handover::Moved;
 use crate::metrics::Ending;
@@ -45,6 +45,8 @@ pub fn stat_blocks(max_threads: usize) -> usize {
 /// What the acceptor shares with its connection threads.
 struct Threads<'s> {
     shared: &'s Shared,
+    /// `server.max_threads`: connection threads alive at once.
+    max: usize,
     /// Workers left by finished threads.
     spare: Mutex<Vec<Worker<'s>>>,
     /// Workers made so far (each has its own statistics block).
@@ -66,6 +68,7 @@ enum Arrival {
 /// Runs the acceptor until shutdown and every connection thread has ended.
 pub fn run(
     shared: &Shared,
+    max_threads: usize,
     listeners: Vec<TcpListener>,
     inbox: Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
@@ -83,6 +86,7 @@ pub fn run(
     w.files.stop_watching();
     let threads = Threads {
         shared,
+        max: max_threads,
         spare: Mutex::new(Vec::new()),
         made: AtomicUsize::new(0),
         live: AtomicUsize::new(0),
@@ -154,7 +158,7 @@ fn accept<'scope, 's>(
             }
         };
         let Some(stream) = front::admit(threads.shared, w, stream, peer, |w| evict_idle(threads, w)) else { continue };
-        if threads.live.load(Ordering::Acquire) >= w.config.server.max_threads {
+        if threads.live.load(Ordering::Acquire) >= threads.max {
             front::uncount(threads.shared, w, peer);
             front::refuse(w, stream, peer, Refusal::Threads);
             continue;

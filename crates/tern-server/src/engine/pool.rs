@@ -31,8 +31,8 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use slab::Slab;
 
-use crate::config::Level;
 use crate::conn::{Conn, Status};
+use crate::error_log::Level;
 use crate::error_log::{self, log};
 use crate::handover::Moved;
 use crate::metrics::Ending;
@@ -85,12 +85,12 @@ pub(super) enum Back {
 /// that makes it look at them.
 pub(super) type Backs = Arc<Vec<(channel::Sender<Back>, Arc<Waker>)>>;
 
-/// Starts a front per listener set, then the pool threads.
-pub fn start(shared: &Arc<Shared>, per_worker: Vec<Vec<TcpListener>>) -> io::Result<Started> {
+/// Starts a front per listener set, then the pool's `threads`.
+pub fn start(shared: &Arc<Shared>, threads: usize, per_worker: Vec<Vec<TcpListener>>) -> io::Result<Started> {
     let fronts = per_worker.len();
     let (queue, work) = channel::unbounded::<Work>();
     let (mut started, backs) = start_fronts(shared, per_worker, vec![queue])?;
-    for i in 0..shared.config.server.threads {
+    for i in 0..threads {
         let (shared2, work, backs) = (shared.clone(), work.clone(), backs.clone());
         let thread = front::spawn(format!("tern-pool-{i}"), None, move || {
             run_thread(&shared2, fronts + i, &work, |w, Work { mut conn, front, ready, .. }| {

@@ -28,15 +28,68 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel as channel;
+use serde::Deserialize;
 
-use crate::config::Staged;
 use crate::service_records::Stage;
 use crate::shared::Shared;
+use crate::values::first_broken;
 use crate::worker::Worker;
 
 use super::blocking::Left;
-use super::front::{self, Started};
+use super::front::{self, Started, MAX_THREADS, THREADS_RANGE};
 use super::pool::{self, Backs, Ready, Work};
+
+/// The most connections a stage's queue may hold (the queue's slots are
+/// allocated at start).
+pub const MAX_STAGE_QUEUE: usize = 1_000_000;
+
+/// `[staged]`: the staged engine (`server.model = "staged"`): each stage's
+/// threads, and the bounded queue in front of each stage.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Staged {
+    /// Threads reading and parsing requests (and their bodies, and
+    /// lingering), 1–100000. Default 2.
+    pub read_threads: usize,
+    /// Threads answering requests: resolving and opening files, starting
+    /// CGI programs and FastCGI requests (1–100000). Default 2.
+    pub handle_threads: usize,
+    /// Threads sending answers; one relays a backend's output for as long
+    /// as the program runs, so these bound the backends served at once
+    /// (1–100000). Default 16.
+    pub send_threads: usize,
+    /// Threads writing service records and passing a connection on to its
+    /// next request or its close (1–100000). Default 1.
+    pub log_threads: usize,
+    /// Connections each stage's queue holds; when one is full, the stage
+    /// before it waits (nothing is dropped), 1–1000000. Default 256.
+    pub queue: usize,
+}
+
+impl Default for Staged {
+    fn default() -> Self {
+        Staged { read_threads: 2, handle_threads: 2, send_threads: 16, log_threads: 1, queue: 256 }
+    }
+}
+
+impl Staged {
+    /// Threads per stage, in the stages' order (read, handle, send, log).
+    pub fn threads(&self) -> [usize; 4] {
+        [self.read_threads, self.handle_threads, self.send_threads, self.log_threads]
+    }
+
+    /// The first rule of `[staged]` a value breaks: `(key, message)`.
+    pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
+        let threads = |n: usize| !(1..=MAX_THREADS).contains(&n);
+        first_broken([
+            (threads(self.read_threads), "read_threads", THREADS_RANGE),
+            (threads(self.handle_threads), "handle_threads", THREADS_RANGE),
+            (threads(self.send_threads), "send_threads", THREADS_RANGE),
+            (threads(self.log_threads), "log_threads", THREADS_RANGE),
+            (!(1..=MAX_STAGE_QUEUE).contains(&self.queue), "queue", "must be between 1 and 1000000"),
+        ])
+    }
+}
 
 /// Statistics blocks: one per front, then one per stage thread.
 pub fn stat_blocks(fronts: usize, config: &Staged) -> usize {
@@ -44,8 +97,7 @@ pub fn stat_blocks(fronts: usize, config: &Staged) -> usize {
 }
 
 /// Starts a front per listener set, then each stage's threads.
-pub fn start(shared: &Arc<Shared>, per_worker: Vec<Vec<TcpListener>>) -> io::Result<Started> {
-    let config = &shared.config.staged;
+pub fn start(shared: &Arc<Shared>, config: &Staged, per_worker: Vec<Vec<TcpListener>>) -> io::Result<Started> {
     let fronts = per_worker.len();
     let (queues, inputs): (Vec<_>, Vec<_>) = Stage::ALL.iter().map(|_| channel::bounded::<Work>(config.queue)).unzip();
     let (mut started, backs) = pool::start_fronts(shared, per_worker, queues.clone())?;

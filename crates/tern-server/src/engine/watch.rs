@@ -19,8 +19,8 @@ use mio::event::Event;
 use mio::unix::SourceFd;
 use mio::{Interest, Poll, Token, Waker};
 
-use crate::config::Level;
 use crate::error_log::log;
+use crate::error_log::Level;
 use crate::worker::{Doorbell, Watcher, Worker};
 
 /// Connection `k` has token `2k` for its socket and `2k + 1` for its

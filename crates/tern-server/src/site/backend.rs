@@ -3,11 +3,10 @@
 //! descriptor watched by the engine beside the client socket.
 
 use std::io;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::body::OutQueue;
-use crate::config::Level;
-use crate::error_log::log;
+use crate::error_log::{log, Level};
 use crate::reaper;
 use crate::reply::Params;
 use crate::worker::{Wait, Worker};
@@ -85,17 +84,12 @@ impl Job {
     }
 
     /// The status to answer when the job has run past its time (a CGI
-    /// program past `cgi_timeout`). While `client_blocked` (output waits
-    /// for the client), a FastCGI backend is not the one being slow.
-    pub fn expired(
-        &mut self,
-        now: Instant,
-        cgi_timeout: Duration,
-        client_blocked: bool,
-        w: &Worker<'_>,
-    ) -> Option<u16> {
+    /// program past its site's `cgi.timeout`). While `client_blocked`
+    /// (output waits for the client), a FastCGI backend is not the one
+    /// being slow.
+    pub fn expired(&mut self, now: Instant, client_blocked: bool, w: &Worker<'_>) -> Option<u16> {
         match self {
-            Job::Cgi(r) => r.expired(now, cgi_timeout).then(|| {
+            Job::Cgi(r) => r.expired(now).then(|| {
                 w.stats.cgi_timeouts.incr();
                 log!(Level::Warn, "CGI program killed at cgi.timeout");
                 504

@@ -4,7 +4,7 @@
 //! percent-decoding, so `/%2egit/` is the same path), before every handler
 //! (static files, CGI, FastCGI); refused as `404`, so nothing tells that it exists.
 
-use crate::config::{Config, Hidden};
+use crate::static_io::{Hidden, StaticFiles};
 
 pub struct Rule {
     deny: bool,
@@ -13,8 +13,7 @@ pub struct Rule {
 }
 
 impl Rule {
-    pub fn new(config: &Config) -> Rule {
-        let st = &config.static_files;
+    pub fn new(st: &StaticFiles) -> Rule {
         Rule {
             deny: st.hidden == Hidden::Deny,
             allow: st.hidden_allow.iter().map(|p| p.trim_matches('/').as_bytes().to_vec()).collect(),
@@ -50,10 +49,12 @@ mod tests {
     use super::*;
 
     fn rule(hidden: &str, allow: &[&str]) -> Rule {
-        let mut config = Config::default();
-        config.static_files.hidden = if hidden == "deny" { Hidden::Deny } else { Hidden::Allow };
-        config.static_files.hidden_allow = allow.iter().map(|s| (*s).to_string()).collect();
-        Rule::new(&config)
+        let st = StaticFiles {
+            hidden: if hidden == "deny" { Hidden::Deny } else { Hidden::Allow },
+            hidden_allow: allow.iter().map(|s| (*s).to_string()).collect(),
+            ..StaticFiles::default()
+        };
+        Rule::new(&st)
     }
 
     #[test]

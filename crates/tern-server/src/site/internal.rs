@@ -5,32 +5,88 @@ use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 
+use serde::Deserialize;
 use tern_http::{Method, Request};
 
-use super::fastcgi;
+use super::fastcgi::backends::Pools;
+use crate::compress::config::WhenFull;
 use crate::compress::Compression;
-use crate::config::{Model, WhenFull};
-use crate::metrics::{Ending, ServerStats, StageStats, Totals};
+use crate::metrics::{Ending, ServerStats, SiteCounters, StageStats, Totals};
 use crate::reply::Reply;
 use crate::service_records::STAGES;
 use crate::static_io::METHODS;
 use crate::tls;
-use crate::worker::Worker;
+use crate::values::{first_broken, Network};
+use crate::worker::{self, Worker};
+
+/// `[status]`: the internal JSON status page and Prometheus metrics.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Status {
+    /// Whether the status page and the metrics are served. Default true.
+    pub enabled: bool,
+    /// The JSON status page: a URL path (starting with `/`). Default
+    /// `"/_tern/status"`.
+    pub path: String,
+    /// The metrics, in Prometheus text format: a URL path (starting with
+    /// `/`). Default `"/metrics"`.
+    pub metrics_path: String,
+    /// Client networks allowed to read them. Default
+    /// `["127.0.0.0/8", "::1/128"]`: loopback only.
+    pub allow: Vec<Network>,
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Status {
+            enabled: true,
+            path: "/_tern/status".into(),
+            metrics_path: "/metrics".into(),
+            allow: vec![
+                Network::parse("127.0.0.0/8").expect("valid literal"),
+                Network::parse("::1/128").expect("valid literal"),
+            ],
+        }
+    }
+}
+
+impl Status {
+    /// The first rule of `[status]` a value breaks: `(key, message)`.
+    pub fn broken_rule(&self) -> Option<(&'static str, &'static str)> {
+        first_broken([
+            (!self.path.starts_with('/'), "path", "must be a URL path starting with /"),
+            (!self.metrics_path.starts_with('/'), "metrics_path", "must be a URL path starting with /"),
+        ])
+    }
+}
 
 const TIMEOUT_NAMES: [&str; 4] = ["idle", "header", "body", "send"];
 /// In the order of `compress::cache::coding_index`.
 const CODING_NAMES: [&str; 3] = ["gzip", "br", "zstd"];
 
+/// What the internal pages show of the configuration (`Site::new`).
+pub struct Settings {
+    pub status: Status,
+    /// `server.model`'s name; stage statistics are shown under `staged`.
+    pub model: &'static str,
+    pub staged: bool,
+    /// Threads of the blocking I/O pool.
+    pub io_pool_threads: usize,
+    /// `compression.enabled` of the top-level configuration.
+    pub compression_enabled: bool,
+}
+
 pub fn serve(
     req: &Request<'_>,
     peer: SocketAddr,
+    settings: &Settings,
     compression: &Compression,
-    fastcgi: &fastcgi::Settings,
+    pools: &Pools,
     reply: &mut Reply<'_>,
     w: &mut Worker<'_>,
 ) {
     let (config, server) = (w.config, w.server);
-    let status = &config.status;
+    let status = &settings.status;
     if !status.allow.iter().any(|n| n.contains(peer.ip())) {
         return reply.error(403);
     }
@@ -50,7 +106,7 @@ pub fn serve(
             "server": "tern",
             "version": env!("CARGO_PKG_VERSION"),
             "uptime_seconds": uptime,
-            "model": config.server.model.name(),
+            "model": settings.model,
             "io": w.io.json(),
             "workers": server.worker_threads,
             "shutting_down": server.ending() != Ending::Running,
@@ -61,7 +117,7 @@ pub fn serve(
                 "evicted": t.evicted,
                 "fast_readers": t.fast_readers,
                 "fast_readers_slowed": t.fast_readers_slowed,
-                "max": config.server.max_connections,
+                "max": config.max_connections,
             },
             "requests": {
                 "total": t.requests,
@@ -86,13 +142,14 @@ pub fn serve(
                             else { t.open_file_hits as f64 / (t.open_file_hits + t.open_file_misses) as f64 },
             },
             "io_pool": {
-                "threads": config.io_pool_threads(),
+                "threads": settings.io_pool_threads,
                 "opens": t.offloaded_opens,
                 "reads": t.offloaded_reads,
             },
-            "compression": compression_json(compression, &t),
-            "fastcgi": fastcgi_json(fastcgi),
-            "stages": (config.server.model == Model::Staged).then(|| stages_json(server)),
+            "compression": compression_json(compression, settings.compression_enabled, &t),
+            "fastcgi": fastcgi_json(pools),
+            "sites": sites_json(config, server),
+            "stages": settings.staged.then(|| stages_json(server)),
             "tls": {
                 "connections": t.tls_active,
                 "handshakes": { "full": t.tls_full, "resumed": t.tls_resumed, "failed": t.tls_failed },
@@ -112,8 +169,9 @@ pub fn serve(
     }
     let mut text = prometheus(&t, uptime, server.worker_threads, server.cgi_running.load(Relaxed) as u64);
     compression_prometheus(&mut text, compression, &t);
-    fastcgi_prometheus(&mut text, fastcgi);
-    if config.server.model == Model::Staged {
+    fastcgi_prometheus(&mut text, pools);
+    sites_prometheus(&mut text, config, server);
+    if settings.staged {
         stages_prometheus(&mut text, server);
     }
     reply.head(200);
@@ -125,10 +183,54 @@ pub fn serve(
     }
 }
 
+/// Each site's answers by status class, and the body bytes they announced.
+fn sites_json(config: &worker::Settings, server: &ServerStats) -> serde_json::Value {
+    let mut sites = serde_json::Map::new();
+    for (i, site) in config.sites.iter().enumerate() {
+        let (s, bytes) = SiteCounters::sum(&server.workers, i);
+        sites.insert(
+            site.name.to_string(),
+            serde_json::json!({
+                "requests": {
+                    "total": s.iter().sum::<u64>(),
+                    "1xx": s[0], "2xx": s[1], "3xx": s[2], "4xx": s[3], "5xx": s[4],
+                },
+                "bytes": bytes,
+            }),
+        );
+    }
+    serde_json::Value::Object(sites)
+}
+
+fn sites_prometheus(text: &mut String, config: &worker::Settings, server: &ServerStats) {
+    let sums: Vec<_> = (0..config.sites.len()).map(|i| SiteCounters::sum(&server.workers, i)).collect();
+    let _ = writeln!(
+        text,
+        "# HELP tern_site_responses_total Responses by site and status class.\n# TYPE tern_site_responses_total counter"
+    );
+    for (site, (status, _)) in config.sites.iter().zip(&sums) {
+        for (class, n) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().zip(status) {
+            let _ = writeln!(text, "tern_site_responses_total{{site=\"{}\",class=\"{class}\"}} {n}", label(&site.name));
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tern_site_bytes_total Body bytes of the responses by site.\n# TYPE tern_site_bytes_total counter"
+    );
+    for (site, (_, bytes)) in config.sites.iter().zip(&sums) {
+        let _ = writeln!(text, "tern_site_bytes_total{{site=\"{}\"}} {bytes}", label(&site.name));
+    }
+}
+
+/// A Prometheus label value: `\`, `"` and newlines escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
 /// The `compression` object of the status page: per-request counters from
 /// the workers, cache and per-coding counters from the shared cache (with
 /// the measured speed at the configured level).
-fn compression_json(c: &Compression, t: &Totals) -> serde_json::Value {
+fn compression_json(c: &Compression, enabled: bool, t: &Totals) -> serde_json::Value {
     let stats = &c.cache.stats;
     let (memory, cap) = c.cache.memory();
     let mut codings = serde_json::Map::new();
@@ -152,7 +254,7 @@ fn compression_json(c: &Compression, t: &Totals) -> serde_json::Value {
     }
     let lookups = t.compress_hits + t.compress_misses;
     serde_json::json!({
-        "enabled": c.enabled(),
+        "enabled": enabled,
         "hits": t.compress_hits,
         "misses": t.compress_misses,
         "hit_rate": if lookups == 0 { 0.0 } else { t.compress_hits as f64 / lookups as f64 },
@@ -194,18 +296,18 @@ struct PoolFigures {
     timeouts: u64,
 }
 
-fn pool_figures(f: &fastcgi::Settings) -> Vec<PoolFigures> {
-    f.backends
+fn pool_figures(pools: &Pools) -> Vec<PoolFigures> {
+    pools
         .iter()
-        .map(|b| {
-            let (p, st) = (b.pool.snapshot(), &b.pool.stats);
+        .map(|(name, pool)| {
+            let (p, st) = (pool.snapshot(), &pool.stats);
             PoolFigures {
-                name: b.name.clone(),
+                name: name.to_string(),
                 open: p.open as u64,
                 idle: p.idle as u64,
                 busy: (p.open - p.idle) as u64,
                 waiting: p.waiting as u64,
-                max: b.pool.cap() as u64,
+                max: pool.cap() as u64,
                 connects: st.connects.load(Relaxed),
                 reused: st.reused.load(Relaxed),
                 retried: st.retried.load(Relaxed),
@@ -217,9 +319,9 @@ fn pool_figures(f: &fastcgi::Settings) -> Vec<PoolFigures> {
         .collect()
 }
 
-fn fastcgi_json(f: &fastcgi::Settings) -> serde_json::Value {
+fn fastcgi_json(pools: &Pools) -> serde_json::Value {
     let mut backends = serde_json::Map::new();
-    for p in pool_figures(f) {
+    for p in pool_figures(pools) {
         let uses = p.reused + p.connects;
         backends.insert(
             p.name,
@@ -242,8 +344,8 @@ fn fastcgi_json(f: &fastcgi::Settings) -> serde_json::Value {
     serde_json::json!({ "backends": backends })
 }
 
-fn fastcgi_prometheus(s: &mut String, f: &fastcgi::Settings) {
-    let figures = pool_figures(f);
+fn fastcgi_prometheus(s: &mut String, pools: &Pools) {
+    let figures = pool_figures(pools);
     if figures.is_empty() {
         return;
     }

@@ -1,130 +1,186 @@
-//! The site: routes a request to the handler that answers it.
+//! The sites: which virtual host answers a request (`hosts.rs`), which of
+//! its locations (`locations.rs`), and the handler that answers it
+//! (`vhost.rs`: static files, CGI, FastCGI, redirects, fixed responses).
+//! The status page and mounted applications answer for every host.
 
+pub mod access;
 pub mod app;
+
 pub mod backend;
 pub mod cgi;
+pub mod config;
+pub mod explain;
 pub mod fastcgi;
 pub mod hidden;
+pub mod hosts;
 pub mod internal;
+pub mod listing;
+pub mod location;
+pub mod locations;
+pub mod request;
 pub mod static_files;
+pub mod template;
+pub mod trace;
+pub mod vhost;
 
-use std::cell::OnceCell;
-use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tern_http::request::TargetForm;
 use tern_http::{path, Request};
 
-use crate::compress::Compression;
-use crate::config::{Config, Level};
-use crate::error_log::log;
-use crate::offload::Ticket;
+use crate::compress::{Compression, Policy};
+use crate::error_log::{log, Level};
+use crate::limits::Limits;
 use crate::reply::Reply;
-use crate::resolve::Root;
+use crate::resolve::Symlinks;
 use crate::spool::Spool;
+use crate::values::Origin;
 use crate::worker::Worker;
-use backend::Job;
+use config::SiteConfig;
+use hosts::Hosts;
+use internal::Status;
+use location::Build;
+use locations::{Locations, Pattern};
+use vhost::{Common, Site};
 
-pub struct Site {
-    pub root: Root,
-    pub static_files: static_files::Settings,
-    pub cgi: cgi::Settings,
-    pub hidden: hidden::Rule,
-    pub fastcgi: fastcgi::Settings,
+pub use request::{Answer, Ends, Peers};
+
+/// What the sites are built from (`Config::sites`): the `[[site]]`s — or,
+/// without any, the top-level settings as one site answering every host —
+/// and what the whole server sets. `config/` sits above the site layer, so
+/// the sites read this instead.
+pub struct Plan<'a> {
+    pub sites: Vec<SiteConfig>,
+    /// `server.root`, `server.index`, `server.symlinks`: the defaults.
+    pub root: PathBuf,
+    pub index: Vec<String>,
+    pub symlinks: Symlinks,
+    /// `server.unknown_host`.
+    pub unknown_host: u16,
+    pub limits: &'a Limits,
+    pub status: &'a Status,
+    /// `server.model`'s name, and whether it is the staged engine, for the
+    /// status page.
+    pub model: &'static str,
+    pub staged: bool,
+    /// Threads of the blocking I/O pool (`Config::io_pool_threads`).
+    pub io_pool_threads: usize,
+    /// Where the configuration came from: errors name key and line, and
+    /// the file itself is never served.
+    pub origin: &'a Origin,
+}
+
+/// Every site of a server, and the routing table to them.
+pub struct Sites {
+    hosts: Hosts,
+    pub sites: Vec<Site>,
+    /// The FastCGI pools of every site.
+    pub pools: fastcgi::backends::Pools,
     pub compression: Compression,
+    unknown_host: u16,
+    /// The status page and metrics (`[status]`).
+    internal: internal::Settings,
+    /// `limits.body_buffer`: the most of a spooled body a FastCGI exchange
+    /// holds in memory at once.
+    body_buffer: usize,
     /// Applications mounted by the composition root (none for `tern serve`).
     pub apps: app::Apps,
 }
 
-/// The two ends of a client connection. The local end is asked of the
-/// kernel (`getsockname`) the first time something needs it (the TLS role
-/// of the address, an HTTPS redirect, CGI and FastCGI variables) and kept:
-/// a connection that only fetches files never pays that system call.
-#[derive(Debug)]
-pub struct Peers {
-    pub peer: SocketAddr,
-    local: OnceCell<SocketAddr>,
-}
-
-impl Peers {
-    pub fn new(peer: SocketAddr) -> Peers {
-        Peers { peer, local: OnceCell::new() }
-    }
-
-    /// The address `sock` (this connection's socket) was reached at; the
-    /// peer's when the kernel cannot say.
-    pub fn local(&self, sock: &TcpStream) -> SocketAddr {
-        *self.local.get_or_init(|| sock.local_addr().unwrap_or(self.peer))
-    }
-}
-
-/// A connection's ends as a handler sees them.
-#[derive(Clone, Copy)]
-pub struct Ends<'a> {
-    pub peers: &'a Peers,
-    pub sock: &'a TcpStream,
-}
-
-impl Ends<'_> {
-    pub fn peer(&self) -> SocketAddr {
-        self.peers.peer
-    }
-
-    pub fn local(&self) -> SocketAddr {
-        self.peers.local(self.sock)
-    }
-}
-
-/// How a request was answered.
-pub enum Answer {
-    /// The whole response is queued.
-    Done,
-    /// A backend was started; its output becomes the response.
-    Backend(Job),
-    /// Nothing is answered yet: the file is being opened in the I/O pool.
-    /// Once the ticket is done, its result goes to `Worker::resolved` and
-    /// the request is answered again.
-    Waiting(Arc<Ticket>),
-}
-
-impl Site {
-    /// `compression` is started by the server (its background threads).
-    pub fn new(config: &Config, compression: Compression) -> std::io::Result<Site> {
-        let s = &config.server;
-        let root = Root::open(&s.root, s.symlinks, s.index.clone()).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot open document root {}: {e}", s.root.display()))
-        })?;
-        cgi::check(config, &root)?;
-        Ok(Site {
-            root,
-            static_files: static_files::Settings::new(config),
-            cgi: cgi::Settings::new(config)?,
-            hidden: hidden::Rule::new(config),
-            fastcgi: fastcgi::Settings::new(config)?,
+impl Sites {
+    /// Opens every site's directories and files; `compression` is started
+    /// by the server (its background threads). An error names the site,
+    /// its line and what is wrong.
+    pub fn new(plan: Plan<'_>, compression: Compression) -> std::io::Result<Sites> {
+        let mut pools = fastcgi::backends::Pools::default();
+        let mut sites = Vec::with_capacity(plan.sites.len());
+        let mut names = Vec::with_capacity(plan.sites.len());
+        let mut default = None;
+        // The implicit site of a file without `[[site]]` (line 0) has no
+        // table to point at: its errors speak of the top-level keys.
+        let fail = |sc: &SiteConfig, what: String| match &plan.origin.path {
+            Some(path) if sc.line > 0 => {
+                std::io::Error::other(format!("{}: line {}: site `{}`: {what}", path.display(), sc.line, site_name(sc)))
+            }
+            _ => std::io::Error::other(what),
+        };
+        for (i, sc) in plan.sites.iter().enumerate() {
+            let fail = |what| fail(sc, what);
+            if sc.keys.default {
+                if let Some(first) = default.replace(i) {
+                    return Err(fail(format!(
+                        "`default`: site `{}` is the default already",
+                        site_name(&plan.sites[first])
+                    )));
+                }
+            }
+            if names.contains(&site_name(sc)) {
+                return Err(fail("`name`: another site has this name".into()));
+            }
+            names.push(site_name(sc));
+            if sc.keys.hosts.is_empty() && !sc.keys.default {
+                return Err(fail("`hosts`: a site needs host names, or `default = true`".into()));
+            }
+            sites.push(build(&plan, sc, &mut pools).map_err(fail)?);
+        }
+        let listed: Vec<(&str, &[String])> =
+            plan.sites.iter().map(|sc| (site_name(sc), sc.keys.hosts.as_slice())).collect();
+        let hosts = Hosts::new(&listed, default).map_err(|(i, e)| fail(&plan.sites[i], format!("`hosts`: {e}")))?;
+        Ok(Sites {
+            hosts,
+            sites,
+            pools,
             compression,
+            unknown_host: plan.unknown_host,
+            internal: internal::Settings {
+                status: plan.status.clone(),
+                model: plan.model,
+                staged: plan.staged,
+                io_pool_threads: plan.io_pool_threads,
+                compression_enabled: plan.sites.iter().any(|s| s.sections.compression.enabled),
+            },
+            body_buffer: plan.limits.body_buffer.usize(),
             apps: app::Apps::default(),
         })
     }
 
+    /// Explains what routing does with the request whose head is `head`
+    /// (`tern route`); `https`: it came over TLS, asking for `sni`.
+    pub fn explain(&self, head: &[u8], https: bool, sni: Option<&str>) -> explain::Route {
+        let table = explain::Table { hosts: &self.hosts, sites: &self.sites, unknown_host: self.unknown_host };
+        table.explain(head, https, sni)
+    }
+
     /// Answers `req` (whose body, if any, is `body`: a backend takes it)
     /// into `reply`.
-    pub fn respond(
-        &self,
+    pub fn respond<'s>(
+        &'s self,
         req: &Request<'_>,
         body: &mut Spool,
         ends: Ends<'_>,
-        reply: &mut Reply<'_>,
+        reply: &mut Reply<'s>,
         w: &mut Worker<'_>,
     ) -> Answer {
-        let status = &w.config.status;
+        let status = &self.internal.status;
         if status.enabled && (req.path == status.path || req.path == status.metrics_path) {
-            internal::serve(req, ends.peer(), &self.compression, &self.fastcgi, reply, w);
+            internal::serve(req, ends.peer(), &self.internal, &self.compression, &self.pools, reply, w);
             return Answer::Done;
         }
         if req.form == TargetForm::Asterisk || req.form == TargetForm::Authority {
             static_files::allow(reply, if req.form == TargetForm::Asterisk { 200 } else { 405 });
             return Answer::Done;
         }
+        let Some(index) = self.hosts.find(req.host.map(str::as_bytes), &mut ()).site() else {
+            reply.error(self.unknown_host);
+            return Answer::Done;
+        };
+        // A client must not reach one site with the certificate of another.
+        if ends.sni.is_some_and(|sni| self.hosts.find(Some(sni.as_bytes()), &mut ()).site() != Some(index)) {
+            reply.error(421);
+            return Answer::Done;
+        }
+        reply.site = Some(index as u32);
         let norm = match path::normalize(req.path, &mut w.path) {
             Ok(n) => n,
             Err(err) => {
@@ -133,89 +189,74 @@ impl Site {
                 return Answer::Done;
             }
         };
-        if self.hidden.refuses(&w.path) {
-            reply.error(404);
-            return Answer::Done;
-        }
         if let Some(app) = self.apps.find(&w.path) {
             app::answer(app, req, &w.path, reply);
             return Answer::Done;
         }
-        match self.fastcgi.locate(&self.root, &w.path, &mut w.scratch, &mut w.files, w.now) {
-            None => {}
-            Some(Err(err)) => {
-                reply.error(err.status());
-                return Answer::Done;
-            }
-            Some(Ok(route)) => {
-                let launch = fastcgi::Launch {
-                    route,
-                    rel: &w.path,
-                    trailing_slash: norm.trailing_slash,
-                    body: body.take(),
-                    window: w.config.limits.body_buffer.usize(),
-                    peer: ends.peer(),
-                    local: ends.local(),
-                    doorbell: w.watcher.doorbell(),
-                };
-                return match fastcgi::start(req, launch) {
-                    Ok(exchange) => Answer::Backend(Job::FastCgi(Box::new(exchange))),
-                    Err(status) => {
-                        reply.error(status);
-                        Answer::Done
-                    }
-                };
-            }
-        }
-        match self.cgi.locate(&self.root, &w.path) {
-            None => {
-                let files = static_files::Files {
-                    root: &self.root,
-                    static_files: &self.static_files,
-                    compression: &self.compression,
-                };
-                match static_files::serve(files, req, norm, reply, w) {
-                    Some(ticket) => Answer::Waiting(ticket),
-                    None => Answer::Done,
-                }
-            }
-            Some(Err(err)) => {
-                reply.error(err.status());
-                Answer::Done
-            }
-            Some(Ok(script)) => {
-                let launch = cgi::Launch {
-                    script,
-                    rel: &w.path,
-                    trailing_slash: norm.trailing_slash,
-                    body: body.take(),
-                    peer: ends.peer(),
-                    local: ends.local(),
-                };
-                match cgi::start(&self.cgi, &w.server.cgi_running, req, &launch) {
-                    Ok(running) => {
-                        w.stats.cgi_started.incr();
-                        Answer::Backend(Job::Cgi(running))
-                    }
-                    Err(cgi::StartError::AsRoot) => {
-                        log!(Level::Warn, "refused to run {:?} as root (set server.user or cgi.allow_root)", req.path);
-                        reply.error(403);
-                        Answer::Done
-                    }
-                    Err(cgi::StartError::Busy) => {
-                        w.stats.cgi_rejected.incr();
-                        reply.head(503);
-                        reply.header("Retry-After", b"1");
-                        reply.page(503);
-                        Answer::Done
-                    }
-                    Err(cgi::StartError::Failed(err)) => {
-                        log!(Level::Error, "cannot start CGI program for {:?}: {err}", req.path);
-                        reply.error(500);
-                        Answer::Done
-                    }
-                }
-            }
-        }
+        let common = Common { compression: &self.compression, body_buffer: self.body_buffer };
+        self.sites[index].serve(req, norm, body, ends, reply, w, common)
     }
+
+    /// Stops what runs beside the workers (the compression threads).
+    pub fn stop(&self) {
+        self.compression.stop();
+    }
+}
+
+/// A site's name: its own, else its first host, else `default`.
+pub fn site_name(sc: &SiteConfig) -> &str {
+    match (sc.keys.name.as_str(), sc.keys.hosts.first()) {
+        ("", Some(host)) => host,
+        ("", None) => "default",
+        (name, _) => name,
+    }
+}
+
+/// One site, its directories opened and its locations prepared.
+fn build(plan: &Plan<'_>, sc: &SiteConfig, pools: &mut fastcgi::backends::Pools) -> Result<Site, String> {
+    let symlinks = sc.keys.symlinks.unwrap_or(plan.symlinks);
+    let root = sc.settings.root.clone().unwrap_or_else(|| plan.root.clone());
+    let index = sc.settings.index.clone().unwrap_or_else(|| plan.index.clone());
+    let sections = &sc.sections;
+    let config_file = static_files::running_config(plan.origin, &root, symlinks);
+    let static_files =
+        static_files::Settings::new(&sections.static_files, plan.limits, plan.io_pool_threads, config_file);
+    let name = site_name(sc).to_string();
+    let mut build = Build {
+        root: &root,
+        index: &index,
+        symlinks,
+        static_files: &static_files,
+        policy: Arc::new(Policy::new(&sections.compression)),
+        roots: Vec::new(),
+        htpasswd: Vec::new(),
+    };
+    let base = build.location("the site's own settings".into(), &sc.settings, &sc.settings, None)?;
+    if let location::Action::Files(dir) = &base.action {
+        cgi::check(&sections.cgi, &dir.root, plan.origin).map_err(|e| e.to_string())?;
+    }
+    let mut patterns = Vec::with_capacity(sc.locations.len());
+    let mut locations = Vec::with_capacity(sc.locations.len());
+    for (i, lc) in sc.locations.iter().enumerate() {
+        let at = |e: String| format!("location {} (line {}): {e}", i + 1, lc.line);
+        let pattern = lc.matching.pattern().map_err(|e| at(e.to_string()))?;
+        let prefix = match &pattern {
+            Pattern::Prefix { prefix, .. } => Some(prefix.as_str()),
+            _ => None,
+        };
+        let described = format!("location {} ({})", i + 1, pattern.describe());
+        locations.push(build.location(described, &lc.settings, &sc.settings, prefix).map_err(at)?);
+        patterns.push(pattern);
+    }
+    Ok(Site {
+        fastcgi: fastcgi::Settings::new(&sections.fastcgi, &name, &sections.own_backends, pools),
+        name,
+        static_files,
+        cgi: cgi::Settings::new(&sections.cgi),
+        hidden: hidden::Rule::new(&sections.static_files),
+        index: Locations::new(&patterns)
+            .map_err(|(i, e)| format!("location {} (line {}): {e}", i + 1, sc.locations[i].line))?,
+        locations,
+        base,
+    })
 }

@@ -14,25 +14,31 @@ use tern_http::path::Normalized;
 use tern_http::range::{self, ByteRange, RangeDecision};
 use tern_http::{response, Method, Request};
 
+use super::listing;
 use crate::compress::cache::Entry;
-use crate::compress::{Choice, Compression, VARY};
-use crate::config::{Config, IoChoice, IoMethod, Level};
-use crate::error_log::log;
+use crate::compress::{Choice, Compression, Policy, VARY};
+use crate::error_log::{log, Level};
+use crate::limits::Limits;
 use crate::offload::{Task, Ticket};
 use crate::open_files::{Identity, OpenFile};
 use crate::reply::Reply;
-use crate::resolve::{Found, ResolveError, Root};
-use crate::static_io;
+use crate::resolve::{Found, ResolveError, Root, Symlinks};
+use crate::static_io::{self, IoChoice, IoMethod, StaticFiles};
+use crate::values::Origin;
 use crate::worker::Worker;
 
 const ALLOW: &[u8] = b"GET, HEAD, OPTIONS";
 
-/// What static serving reads from the site (its router owns them).
+/// What static serving reads from the site and location that answer.
 #[derive(Clone, Copy)]
 pub struct Files<'a> {
-    pub root: &'a Root,
+    pub root: &'a Arc<Root>,
     pub static_files: &'a Settings,
     pub compression: &'a Compression,
+    /// What the location compresses.
+    pub policy: &'a Policy,
+    /// A directory without an index file is listed.
+    pub list: bool,
 }
 
 /// What static serving needs from the configuration, prepared once.
@@ -54,20 +60,20 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn new(config: &Config) -> Settings {
-        let st = &config.static_files;
+    /// `config_file`: [`running_config`]'s answer.
+    pub fn new(st: &StaticFiles, limits: &Limits, io_pool_threads: usize, config_file: Option<(u64, u64)>) -> Settings {
         let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         Settings {
-            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)) || config.io_pool_threads() > 0,
+            maps: matches!(st.io, IoChoice::Auto | IoChoice::Fixed(IoMethod::Mmap)) || io_pool_threads > 0,
             charset: st.charset.clone(),
             mime_types: st
                 .mime_types
                 .iter()
                 .map(|(ext, ty)| (ext.trim_start_matches('.').to_ascii_lowercase(), ty.clone()))
                 .collect(),
-            max_ranges: config.limits.max_ranges,
+            max_ranges: limits.max_ranges,
             boundary: format!("tern-{:016x}", (seed as u64) ^ u64::from(std::process::id()).rotate_left(32)),
-            config_file: running_config(config),
+            config_file,
             excluded: st.exclude_extensions.iter().map(|e| e[1..].to_ascii_lowercase()).collect(),
         }
     }
@@ -85,7 +91,7 @@ impl Settings {
         self.excluded.iter().any(|e| e.as_bytes().eq_ignore_ascii_case(ext))
     }
 
-    fn content_type(&self, path: &[u8]) -> String {
+    pub fn content_type(&self, path: &[u8]) -> String {
         let ext = String::from_utf8_lossy(extension(path)).to_ascii_lowercase();
         let ty = self
             .mime_types
@@ -105,7 +111,7 @@ impl Settings {
     /// its path relative to the root. A file that cannot be mapped (a FUSE
     /// file opened with `direct_io`, a special file system) is sent with
     /// `sendfile` instead of `mmap`.
-    fn open_file(&self, file: File, stat: &rustix::fs::Stat, rel_path: Vec<u8>, compression: &Compression) -> OpenFile {
+    fn open_file(&self, file: File, stat: &rustix::fs::Stat, rel_path: Vec<u8>, policy: &Policy) -> OpenFile {
         let identity = Identity::of(stat);
         let mapping = if self.maps && identity.size > 0 {
             // SAFETY: the mapping is only ever read by the kernel (through
@@ -119,7 +125,7 @@ impl Settings {
         let etag = format!("\"{:x}.{:x}-{:x}\"", identity.mtime_sec, identity.mtime_nsec, identity.size);
         let last_modified = u64::try_from(identity.mtime_sec).unwrap_or(0);
         let content_type = self.content_type(&rel_path);
-        let negotiable = compression.negotiable(&content_type, identity.size);
+        let negotiable = policy.negotiable(&content_type, identity.size);
         let mut headers = Vec::with_capacity(160);
         response::header(&mut headers, "Content-Type", content_type.as_bytes());
         let last_modified_http = tern_http::date::format_http_date(last_modified);
@@ -170,7 +176,7 @@ pub fn serve(
             Opened::Waiting(ticket) => return Some(ticket),
         };
         match req.method {
-            Method::Get | Method::Head => match site.compression.select(site.root, req, w, &file, fresh) {
+            Method::Get | Method::Head => match site.compression.select(site.policy, site.root, req, w, &file, fresh) {
                 // The table's entry is older than the file: look again.
                 Choice::Changed if !revalidate => {
                     revalidate = true;
@@ -207,11 +213,11 @@ fn extension(path: &[u8]) -> &[u8] {
 /// The running configuration file's identity, if a request could reach
 /// it: decided once at start, so a server whose configuration lies elsewhere
 /// pays nothing per request.
-fn running_config(config: &Config) -> Option<(u64, u64)> {
+pub fn running_config(origin: &Origin, root: &std::path::Path, symlinks: Symlinks) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    let file = std::fs::metadata(config.origin.path.as_ref()?).ok()?;
-    let root = std::fs::metadata(&config.server.root).ok()?;
-    let reachable = file.dev() == root.dev() || config.server.symlinks == crate::config::Symlinks::Any;
+    let file = std::fs::metadata(origin.path.as_ref()?).ok()?;
+    let root = std::fs::metadata(root).ok()?;
+    let reachable = file.dev() == root.dev() || symlinks == Symlinks::Any;
     reachable.then(|| (file.dev(), file.ino()))
 }
 
@@ -228,7 +234,8 @@ fn open(
     trailing_slash: bool,
     revalidate: bool,
 ) -> Opened {
-    let cached = match w.files.lookup(&w.path, w.now) {
+    let id = site.root.id();
+    let cached = match w.files.lookup(id, &w.path, w.now) {
         Some((file, true)) if !revalidate => {
             w.stats.open_file_hits.incr();
             return Opened::File(file, false);
@@ -240,7 +247,7 @@ fn open(
         (Some(found), _) => found,
         (None, Some(pool)) => {
             w.stats.open_file_misses.incr();
-            let task = Task::Open { path: w.path.clone(), rel_len, trailing_slash };
+            let task = Task::Open { root: site.root.clone(), path: w.path.clone(), rel_len, trailing_slash };
             match pool.submit(task) {
                 Ok(ticket) => {
                     w.stats.offloaded_opens.incr();
@@ -256,7 +263,7 @@ fn open(
     };
     match found {
         Ok(Found::File { stat, .. }) if site.static_files.is_config_file(&stat) => {
-            w.files.remove(&w.path);
+            w.files.remove(id, &w.path);
             reply.error(404);
             Opened::Answered
         }
@@ -265,13 +272,13 @@ fn open(
                 .static_files
                 .is_excluded(index.map_or(&w.path[..rel_len], |i| site.root.index_name(i).as_bytes())) =>
         {
-            w.files.remove(&w.path);
+            w.files.remove(id, &w.path);
             reply.error(403);
             Opened::Answered
         }
         Ok(Found::File { file, stat, index }) => match cached {
             Some((old, _)) if old.identity == Identity::of(&stat) => {
-                w.files.refresh(&w.path, w.now);
+                w.files.refresh(id, &w.path, w.now);
                 Opened::File(old, true)
             }
             _ => {
@@ -282,14 +289,14 @@ fn open(
                     }
                     rel_path.extend_from_slice(site.root.index_name(i).as_bytes());
                 }
-                let entry = Arc::new(site.static_files.open_file(file, &stat, rel_path, site.compression));
-                w.files.insert(&w.path, entry.clone(), w.now);
+                let entry = Arc::new(site.static_files.open_file(file, &stat, rel_path, site.policy));
+                w.files.insert(id, &w.path, entry.clone(), w.now);
                 w.stats.open_files.set(w.files.len() as u64);
                 Opened::File(entry, true)
             }
         },
         Ok(Found::DirectoryWithoutSlash) => {
-            w.files.remove(&w.path);
+            w.files.remove(id, &w.path);
             let mut location = Vec::with_capacity(req.path.len() + 2);
             location.extend_from_slice(req.path.as_bytes());
             location.push(b'/');
@@ -301,12 +308,16 @@ fn open(
             Opened::Answered
         }
         Ok(Found::DirectoryWithoutIndex) => {
-            w.files.remove(&w.path);
-            reply.error(403);
+            w.files.remove(id, &w.path);
+            if site.list {
+                list(site.root, req, &w.path[..rel_len], reply);
+            } else {
+                reply.error(403);
+            }
             Opened::Answered
         }
         Err(err) => {
-            w.files.remove(&w.path);
+            w.files.remove(id, &w.path);
             if let ResolveError::Unavailable(e) = &err {
                 log!(Level::Error, "cannot open {:?}: {e}", req.path);
             }
@@ -314,6 +325,32 @@ fn open(
             Opened::Answered
         }
     }
+}
+
+/// Lists the directory `rel` (HTML, or JSON for a client that prefers
+/// it). Read on the worker: a listing is rare, and asked for.
+fn list(root: &Root, req: &Request<'_>, rel: &[u8], reply: &mut Reply<'_>) {
+    let entries = match root.open_dir(rel).map_err(|e| e.status()).and_then(|dir| listing::read(dir).map_err(|_| 500)) {
+        Ok(entries) => entries,
+        Err(status) => return reply.error(status),
+    };
+    let (content_type, body) = if listing::wants_json(req.values("accept")) {
+        ("application/json", listing::json(&entries))
+    } else {
+        let mut url = Vec::with_capacity(rel.len() + 2);
+        url.push(b'/');
+        url.extend_from_slice(rel);
+        if !rel.is_empty() {
+            url.push(b'/');
+        }
+        ("text/html; charset=utf-8", listing::html(&url, &entries))
+    };
+    reply.head(200);
+    reply.header("Content-Type", content_type.as_bytes());
+    reply.header("Vary", b"Accept");
+    reply.header("Cache-Control", b"no-cache");
+    reply.end_head(body.len() as u64);
+    reply.body(&body);
 }
 
 /// A compressed variant from memory: `200`, or `304`/`412` by its own

@@ -4,10 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use clap::Parser;
-use tern_lab::agent;
+use tern_lab::agent::access::{read_pem, read_token};
+use tern_lab::agent::server::{self, BenchRunner, TlsPair, Work};
 
 #[derive(clap::Args)]
 #[command(after_help = "\
@@ -40,54 +39,20 @@ pub struct Args {
     pub tls_key: Option<PathBuf>,
 }
 
-/// How `tern bench` and `tern probe` reach their agents (`--agent`).
-#[derive(clap::Args)]
-pub struct Reach {
-    /// The agents' shared token (first line of the file).
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-    /// CA certificate (PEM) that signed the agents' certificates: talk to
-    /// them over TLS only, refusing any other certificate.
-    #[arg(long, value_name = "FILE", requires = "agent")]
-    pub agent_ca: Option<PathBuf>,
-}
-
-impl Reach {
-    pub fn access(&self) -> anyhow::Result<agent::Access> {
-        let token_file = self.token_file.as_ref().ok_or_else(|| anyhow::anyhow!("--agent needs --token-file"))?;
-        Ok(agent::Access::read(token_file, self.agent_ca.as_deref())?)
-    }
-}
-
-/// `tern bench` arguments as an agent receives them.
-#[derive(Parser)]
-#[command(name = "tern bench", no_binary_name = true)]
-struct BenchArgs {
-    #[command(flatten)]
-    args: super::bench::Args,
-}
-
-/// Parses and runs a load run ordered by the master; the report as JSON.
-fn run_bench(argv: Vec<String>) -> Result<String, String> {
-    let parsed = BenchArgs::try_parse_from(argv).map_err(|e| e.to_string())?;
-    if !parsed.args.agent.is_empty() {
-        return Err("an agent does not order other agents".into());
-    }
-    let report = super::bench::load_run(&parsed.args, false, false).map_err(|e| format!("{e:#}"))?;
-    Ok(report.to_json())
-}
-
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let token = agent::read_token(&args.token_file)?;
+/// Serves until the process ends; `bench` parses and runs the load runs
+/// ordered (`tern bench`'s arguments, whose syntax is that command's).
+pub fn run(args: Args, bench: BenchRunner) -> anyhow::Result<ExitCode> {
+    let token = read_token(&args.token_file)?;
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(agent::server::TlsPair {
-            cert_pem: agent::read_pem(cert, "certificate (--tls-cert)")?,
-            key_pem: agent::read_pem(key, "private key (--tls-key)")?,
+        (Some(cert), Some(key)) => Some(TlsPair {
+            cert_pem: read_pem(cert, "certificate (--tls-cert)")?,
+            key_pem: read_pem(key, "private key (--tls-key)")?,
         }),
         _ => None,
     };
     let scheme = if tls.is_some() { "TLS" } else { "plain HTTP/2" };
-    agent::server::serve(args.listen, token, tls, Arc::new(run_bench), |addr| {
+    let work = Work { bench, probe: tern_lab::remote::run };
+    server::serve(args.listen, token, tls, work, |addr| {
         eprintln!("tern agent: listening on {addr} ({scheme})");
     })?;
     Ok(ExitCode::SUCCESS)

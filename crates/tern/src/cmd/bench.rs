@@ -7,9 +7,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::Parser;
+use tern_lab::agent::client::Agent;
 use tern_lab::load::{self, plan, Options, Plan, RequestSpec, Stop, Url};
 use tern_lab::probe::env::Environment;
 use tern_lab::store::{self, record};
+
+use crate::flags::{Reach, Record};
 
 const LONG_HELP: &str = "\
 Examples:
@@ -136,9 +140,9 @@ pub struct Args {
     #[arg(long, value_name = "HOST:PORT", requires = "token_file", conflicts_with = "timeline")]
     pub agent: Vec<String>,
     #[command(flatten)]
-    pub reach: super::agent::Reach,
+    pub reach: Reach,
     #[command(flatten)]
-    pub recording: super::lab::Recording,
+    pub record: Record,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -154,14 +158,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         print!("{report}");
     }
-    let ctx = record::Context::here(args.recording.label.clone(), started);
-    args.recording.save(&record::bench(&report, env, ctx));
+    let ctx = record::Context::here(args.record.label.clone(), started);
+    args.record.recording().save(&record::bench(&report, env, ctx));
     Ok(if report.successes == 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// `tern bench` arguments as an agent receives them.
+#[derive(Parser)]
+#[command(name = "tern bench", no_binary_name = true)]
+struct AgentArgs {
+    #[command(flatten)]
+    args: Args,
+}
+
+/// Parses and runs a load run ordered by an agent's master; the report as
+/// JSON. What `tern agent` runs, so the arguments' syntax lives here only.
+pub fn run_for_agent(argv: Vec<String>) -> Result<String, String> {
+    let parsed = AgentArgs::try_parse_from(argv).map_err(|e| e.to_string())?;
+    if !parsed.args.agent.is_empty() {
+        return Err("an agent does not order other agents".into());
+    }
+    let report = load_run(&parsed.args, false, false).map_err(|e| format!("{e:#}"))?;
+    Ok(report.to_json())
 }
 
 /// Makes the load run the arguments describe (here, or on an agent that
 /// received them). `ctrl_c`: the first Ctrl-C stops the run and reports it.
-pub fn load_run(args: &Args, progress: bool, ctrl_c: bool) -> anyhow::Result<load::Report> {
+fn load_run(args: &Args, progress: bool, ctrl_c: bool) -> anyhow::Result<load::Report> {
     let base = args.url.as_deref().map(Url::parse).transpose()?;
     let specs = match (&args.mix, base) {
         (Some(mix), base) => plan::parse_mix_file(mix, base.as_ref(), &args.method)?,
@@ -231,11 +254,7 @@ fn forwarded_args() -> Vec<String> {
 /// start time, the histograms merged exactly.
 fn distributed(args: &Args) -> anyhow::Result<ExitCode> {
     let access = args.reach.access()?;
-    let agents = args
-        .agent
-        .iter()
-        .map(|a| tern_lab::agent::client::Agent::connect(a, &access))
-        .collect::<Result<Vec<_>, _>>()?;
+    let agents = args.agent.iter().map(|a| Agent::connect(a, &access)).collect::<Result<Vec<_>, _>>()?;
     let expected = args.warmup
         + match (args.requests, args.duration) {
             (Some(_), _) => Duration::from_secs(300),

@@ -1,56 +1,18 @@
-//! `tern lab`: the results store (list, show, export, import, delete), and
-//! the flags every measuring command shares to record its runs there.
+//! `tern lab`: the results store (list, show, export, import, delete), the
+//! experiments (`run`, in `tern_experiments::experiment`) and the
+//! dashboard (`serve`, `report`: `lab/dashboard.rs`).
 
-use std::io::IsTerminal;
+mod dashboard;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use tern_lab::store::{self, Filter, RunData, Status, Store};
+use tern_experiments::experiment;
+use tern_lab::agent::access::Remote;
+use tern_lab::store::{self, Filter, Recording, Status, Store};
 
-/// How a measuring command (`tern bench`, `tern probe`, `tern lab run`)
-/// records its runs.
-#[derive(clap::Args, Clone, Debug)]
-pub struct Recording {
-    /// The results store (SQLite) the run is recorded in
-    /// [default: $XDG_DATA_HOME/tern/lab.sqlite, else ~/.local/share/tern/lab.sqlite].
-    #[arg(long, value_name = "PATH")]
-    pub store: Option<PathBuf>,
-    /// Do not record the run.
-    #[arg(long, conflicts_with = "store")]
-    pub no_store: bool,
-    /// A label for the run in the store (default: its target or suites).
-    #[arg(long, value_name = "TEXT", default_value = "")]
-    pub label: String,
-}
-
-impl Recording {
-    /// Records `run`, saying where on stderr when it is a terminal (piped,
-    /// stderr stays as the command always wrote it); a store that cannot
-    /// be written is reported, and the measurement printed anyway.
-    pub fn save(&self, run: &RunData) -> Option<i64> {
-        if self.no_store {
-            return None;
-        }
-        let path = store_path(self.store.as_deref());
-        match Store::open(&path).and_then(|mut s| s.insert(run)) {
-            Ok(id) => {
-                if std::io::stderr().is_terminal() {
-                    eprintln!("tern: stored as run {id} ({}) in {}", run.status.name(), path.display());
-                }
-                Some(id)
-            }
-            Err(e) => {
-                eprintln!("tern: the run was not stored: {e}");
-                None
-            }
-        }
-    }
-}
-
-pub fn store_path(given: Option<&Path>) -> PathBuf {
-    given.map_or_else(store::default_path, Path::to_path_buf)
-}
+use crate::flags::{store_path, Reach};
 
 const LONG_HELP: &str = "\
 Every `tern bench`, `tern probe`, `tern lab run` and `tern tune` run is
@@ -65,13 +27,13 @@ Examples:
   tern lab export 12 13 --format csv -o runs.csv
   tern lab export 12 13 -o runs.json && tern lab import runs.json --store other.sqlite
   tern lab delete 12
-  tern lab run e1 --quick             static I/O methods by file size, stored
-  tern lab run e2 --quick             the same beside the FastCGI file server (make -C gateway)
+  tern lab run e1 --quick             CGI output disciplines and file methods (gwbench; make -C gateway)
+  tern lab run e2 --quick             tern's static I/O methods beside the FastCGI file server
   tern lab run e3 --quick             concurrency models x CGI share x CPUs: saturation points
   tern lab run e4 --quick             compression by page size, 1 connection and 16, cold burst
   tern lab run e5 --agent b:7700 --token-file t   the OS probes here and on b, side by side
   tern lab run e1 --quick --no-store  print the table, store nothing
-  tern lab serve                      the dashboard on http://127.0.0.1:8686/
+  tern lab serve                      the dashboard on http://127.0.0.1:8686/ (a run's page: /run/ID)
   tern lab report 12 13 -o report.html";
 
 #[derive(clap::Args)]
@@ -123,17 +85,18 @@ pub enum LabCommand {
         #[arg(required = true)]
         ids: Vec<i64>,
     },
-    /// Run an experiment (e1 static I/O methods, e2 the same beside the
-    /// FastCGI file server, e3 concurrency models, e4 compression, e5 OS
-    /// probes), store it as one run and print its table.
+    /// Run an experiment (e1 CGI output disciplines, e2 file I/O methods
+    /// beside the FastCGI file server, e3 concurrency models, e4
+    /// compression, e5 OS probes), store it as one run, print its table and
+    /// the address of its page on the dashboard.
     Run {
-        #[arg(value_parser = super::experiment::NAMES)]
+        #[arg(value_parser = experiment::NAMES)]
         name: String,
         /// The short version (well under two minutes).
         #[arg(long)]
         quick: bool,
-        /// e2, e3: the directory of the gateway's built programs
-        /// (fcgi-files, hello.cgi) [default: gateway/build of the repository
+        /// e1, e2, e3: the directory of the gateway's built programs
+        /// (gwbench, fcgi-files, hello.cgi) [default: gateway/build of the repository
         /// this tern was built in, or of the current directory].
         #[arg(long, value_name = "DIR")]
         gateway: Option<PathBuf>,
@@ -148,7 +111,7 @@ pub enum LabCommand {
         #[arg(long, value_name = "HOST:PORT", requires = "token_file")]
         agent: Vec<String>,
         #[command(flatten)]
-        reach: super::agent::Reach,
+        reach: Reach,
     },
     /// Serve the dashboard (runs, hosts, charts) with tern's own server.
     Serve {
@@ -156,7 +119,8 @@ pub enum LabCommand {
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8686")]
         listen: String,
     },
-    /// Write a self-contained HTML report of runs (SVG inlined; opens offline).
+    /// Write a self-contained HTML report of runs: each experiment's page,
+    /// the other runs' charts (SVG inlined; opens offline).
     Report {
         #[arg(required = true)]
         ids: Vec<i64>,
@@ -226,12 +190,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if !agent.is_empty() && name != "e5" {
                 anyhow::bail!("--agent is for e5 (the probe suites); {name} runs on this host only");
             }
-            let recording = Recording { store: args.store.clone(), no_store, label };
-            let agents = super::experiment::Agents { addrs: agent, reach };
-            return super::experiment::run(&name, quick, gateway.as_deref(), &agents, &recording);
+            let recording = Recording { path: store_path(given), no_store, label };
+            // The token is read before anything is measured: a wrong path
+            // fails at once.
+            let agents = if agent.is_empty() {
+                Vec::new()
+            } else {
+                let access = reach.access()?;
+                agent.into_iter().map(|addr| Remote { addr, access: access.clone() }).collect()
+            };
+            experiment::run(&name, quick, gateway.as_deref(), &agents, &recording)?;
         }
-        LabCommand::Serve { listen } => return super::dashboard::serve(store_path(given), &listen),
-        LabCommand::Report { ids, output } => return super::dashboard::report(store_path(given), &ids, &output),
+        LabCommand::Serve { listen } => return dashboard::serve(store_path(given), &listen),
+        LabCommand::Report { ids, output } => return dashboard::report(store_path(given), &ids, &output),
         LabCommand::Delete { ids } => {
             let mut store = open(given)?;
             for id in ids {

@@ -1,9 +1,8 @@
 pub mod agent;
 pub mod bench;
-pub mod dashboard;
-pub mod experiment;
 pub mod lab;
 pub mod man;
 pub mod probe;
+pub mod route;
 pub mod serve;
 pub mod tune;

@@ -6,9 +6,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use tern_lab::agent::access::Remote;
 use tern_lab::load;
-use tern_lab::probe::{self, Options, Pin, Remote, Suite};
+use tern_lab::probe::{self, Options, Pin, Suite};
+use tern_lab::remote;
 use tern_lab::store::{self, record};
+
+use crate::flags::{Reach, Record};
 
 const LONG_HELP: &str = "\
 Suites: syscalls, processes, commands, disk, ipc, net, rpc, files (all by default).
@@ -79,9 +83,9 @@ pub struct Args {
     #[arg(long, value_name = "HOST:PORT", requires = "token_file")]
     pub agent: Vec<String>,
     #[command(flatten)]
-    pub reach: super::agent::Reach,
+    pub reach: Reach,
     #[command(flatten)]
-    pub recording: super::lab::Recording,
+    pub record: Record,
 }
 
 /// The suites named on the command line; none or `all` means every suite.
@@ -117,15 +121,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.quick {
         opts = opts.quick();
     }
+    let recording = args.record.recording();
     if args.agent.is_empty() {
         let started = store::now();
-        let report = probe::run(&suites, &opts)?;
+        let report = remote::run(&suites, &opts)?;
         if args.json {
             println!("{}", report.to_json());
         } else {
             print!("{report}");
         }
-        args.recording.save(&record::probe(&report, record::Context::here(args.recording.label.clone(), started)));
+        recording.save(&record::probe(&report, record::Context::here(recording.label.clone(), started)));
         return Ok(ExitCode::SUCCESS);
     }
     let access = args.reach.access()?;
@@ -135,11 +140,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut reports = Vec::new();
     let mut failures = Vec::new();
     for addr in &args.agent {
-        opts.agent = Some(Remote { addr: addr.clone(), access: access.clone() });
+        let agent = Remote { addr: addr.clone(), access: access.clone() };
         let started = store::now();
-        match probe::run_remote(&suites, &opts) {
+        match remote::run_on(&agent, &suites, &opts) {
             Ok(r) => {
-                args.recording.save(&record::probe(&r, record::Context::here(args.recording.label.clone(), started)));
+                recording.save(&record::probe(&r, record::Context::here(recording.label.clone(), started)));
                 reports.push(r);
             }
             Err(e) => failures.push(e.to_string()),

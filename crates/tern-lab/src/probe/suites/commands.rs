@@ -10,8 +10,8 @@
 use std::io;
 use std::process::{Command, Stdio};
 
-use super::super::figure::Op;
-use super::super::Ctx;
+use crate::probe::ctx::{Ctx, Outcome};
+use crate::probe::figure::Op;
 use crate::probe::stopwatch::Interval;
 
 /// Runs `sh -c cmd` once, failing when it does not exit with status 0.
@@ -29,7 +29,7 @@ fn run_once(cmd: &str) -> io::Result<()> {
     }
 }
 
-pub fn run(ctx: &Ctx) -> io::Result<super::Outcome> {
+pub fn run(ctx: &Ctx) -> io::Result<Outcome> {
     let mut shell = |n: u64| Interval::looped(n, || run_once(""));
     let mut commands: Vec<_> =
         ctx.opts.commands.iter().map(|cmd| move |n: u64| Interval::looped(n, || run_once(cmd))).collect();
@@ -42,7 +42,7 @@ pub fn run(ctx: &Ctx) -> io::Result<super::Outcome> {
     for f in &mut figures[1..] {
         f.subtract(shell.corrected_ns.median);
     }
-    Ok(super::Outcome {
+    Ok(Outcome {
         figures,
         rpc_null_ns: None,
         notes: vec![format!(

@@ -21,8 +21,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::super::Ctx;
-use super::Mapping;
+use super::scratch::Mapping;
+use crate::probe::ctx::{Ctx, Outcome};
 use crate::probe::stopwatch::{now_ns, Interval};
 
 /// Sizes in KiB.
@@ -64,8 +64,8 @@ fn drop_cache(file: &File) -> io::Result<()> {
     }
 }
 
-pub fn run(ctx: &Ctx) -> io::Result<super::Outcome> {
-    let dir = super::tempdir(&ctx.opts.path)?;
+pub fn run(ctx: &Ctx) -> io::Result<Outcome> {
+    let dir = super::scratch::tempdir(&ctx.opts.path)?;
     let fs = filesystem_type(dir.path())?;
     let path = dir.path().join("data");
     let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
@@ -108,5 +108,5 @@ pub fn run(ctx: &Ctx) -> io::Result<super::Outcome> {
     if fs == "tmpfs" || fs == "overlayfs" {
         notes.push(format!("on {fs} a cold read may still be served from memory, and fsync may not reach a disk"));
     }
-    Ok(super::Outcome { figures, notes, rpc_null_ns: None })
+    Ok(Outcome { figures, notes, rpc_null_ns: None })
 }

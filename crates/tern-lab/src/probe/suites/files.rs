@@ -9,9 +9,10 @@ use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
-use super::super::{Ctx, Figure};
 use super::ipc::size_label;
-use super::{page_size, Mapping};
+use super::scratch::{page_size, Mapping};
+use crate::probe::ctx::Ctx;
+use crate::probe::figure::Figure;
 use crate::probe::stopwatch::Interval;
 
 const SIZES: &[usize] = &[4096, 65536, 1 << 20, 8 << 20];
@@ -37,7 +38,7 @@ fn drained_socket() -> io::Result<(TcpStream, std::thread::JoinHandle<()>)> {
 }
 
 pub fn run(ctx: &Ctx) -> io::Result<Vec<Figure>> {
-    let dir = super::tempdir(&ctx.opts.path)?;
+    let dir = super::scratch::tempdir(&ctx.opts.path)?;
     let sizes = if ctx.opts.quick { QUICK_SIZES } else { SIZES };
     let mut figures = Vec::new();
     let (mut out, drain) = drained_socket()?;

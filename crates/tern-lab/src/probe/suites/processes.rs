@@ -16,7 +16,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use super::super::{Ctx, Figure};
+use crate::probe::ctx::{Ctx, Outcome};
+use crate::probe::figure::Figure;
 use crate::probe::stopwatch::Interval;
 
 /// Where the program starts: the ELF header (64 bytes) and one program
@@ -162,11 +163,11 @@ impl Footprint {
     }
 }
 
-pub fn run(ctx: &Ctx) -> io::Result<super::Outcome> {
-    let dir = super::tempdir(&ctx.opts.path)?;
+pub fn run(ctx: &Ctx) -> io::Result<Outcome> {
+    let dir = super::scratch::tempdir(&ctx.opts.path)?;
     let footprint = Footprint::of_self()?;
     let figures = measure_all(ctx, dir.path())?;
-    Ok(super::Outcome { figures, notes: vec![footprint.note()], rpc_null_ns: None })
+    Ok(Outcome { figures, notes: vec![footprint.note()], rpc_null_ns: None })
 }
 
 fn measure_all(ctx: &Ctx, dir: &Path) -> io::Result<Vec<Figure>> {
@@ -235,7 +236,7 @@ mod tests {
         assert!(before.threads >= 1 && before.mappings > 5, "{before:?}");
         // Far more than the other tests of this process allocate or free
         // meanwhile.
-        let mut m = super::super::Mapping::new(64 << 20, None).unwrap();
+        let mut m = super::super::scratch::Mapping::new(64 << 20, None).unwrap();
         m.bytes_mut().fill(1);
         let after = Footprint::of_self().unwrap();
         assert!(after.anon_kib >= before.anon_kib + 48 * 1024, "{before:?} -> {after:?}");

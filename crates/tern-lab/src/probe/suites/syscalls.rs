@@ -6,7 +6,8 @@ use std::ffi::CStr;
 use std::io;
 use std::os::fd::AsRawFd;
 
-use super::super::{Ctx, Figure};
+use crate::probe::ctx::Ctx;
+use crate::probe::figure::Figure;
 use crate::probe::stopwatch::Interval;
 
 /// Fails with the OS error when a libc call returned -1.

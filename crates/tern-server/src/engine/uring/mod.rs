@@ -48,8 +48,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
 use crate::body::Sending;
-use crate::config::Level;
 use crate::conn::{Conn, Fetch, Received, Status};
+use crate::error_log::Level;
 use crate::error_log::{self, log};
 use crate::handover::Moved;
 use crate::metrics::Ending;
@@ -66,6 +66,15 @@ const TICK: Duration = Duration::from_secs(1);
 /// How long a worker that ends waits for the kernel to let go of what its
 /// operations in flight use.
 const DRAIN: Duration = Duration::from_secs(2);
+
+/// What `[server]` tunes of the uring engine.
+#[derive(Clone, Copy)]
+pub struct Tuning {
+    /// `server.batch_wait`.
+    pub batch_wait: Duration,
+    /// `server.defer_accept`.
+    pub defer_accept: Duration,
+}
 
 /// A connection and what the ring does for it.
 struct Entry {
@@ -115,16 +124,17 @@ struct Held {
 /// arrives in `inbox`.
 pub fn run(
     shared: &Shared,
+    tuning: Tuning,
     index: usize,
     listeners: Vec<TcpListener>,
     inbox: Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
 ) {
     let setup = || -> io::Result<_> {
-        let ring = Ring::new(shared.config.server.batch_wait.0)?;
+        let ring = Ring::new(tuning.batch_wait)?;
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
-        let watch = watch::watcher(&poll, &waker, shared.site.fastcgi.links)?;
+        let watch = watch::watcher(&poll, &waker, shared.site.pools.links)?;
         // The ring's first buffers; the worker's pool replaces them.
         let bufs = Buffers::new(&ring, &mut BufPool::default())?;
         Ok((ring, bufs, poll, waker, watch))
@@ -158,7 +168,7 @@ pub fn run(
         epoll_armed: false,
         ops: 0,
         ending: Ending::Running,
-        first_bytes_come_with_accept: !shared.config.server.defer_accept.0.is_zero(),
+        first_bytes_come_with_accept: !tuning.defer_accept.is_zero(),
     };
     r.arm_listeners();
     let mut events = Events::with_capacity(1024);

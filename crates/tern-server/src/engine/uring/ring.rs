@@ -142,7 +142,7 @@ impl Ring {
         }
         if !batch.is_zero() && !ring.params().is_feature_min_timeout() {
             crate::error_log::log!(
-                crate::config::Level::Warn,
+                crate::error_log::Level::Warn,
                 "server.batch_wait: this kernel's io_uring cannot wait a minimum time (Linux 6.12 or later): off"
             );
         }
@@ -165,7 +165,7 @@ impl Ring {
             }
             if let Err(e) = self.ring.submit() {
                 if e.raw_os_error() != Some(libc::EBUSY) && e.kind() != io::ErrorKind::Interrupted {
-                    crate::error_log::log!(crate::config::Level::Error, "io_uring submission failed: {e}");
+                    crate::error_log::log!(crate::error_log::Level::Error, "io_uring submission failed: {e}");
                 }
             }
         }

@@ -2,7 +2,6 @@
 //! extension or URL prefix, the path split into script and `PATH_INFO`,
 //! the script checked to exist.
 
-use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,22 +11,25 @@ use std::time::Instant;
 
 use rustix::fs::FileType;
 
+use super::config::{FastCgi, FastCgiAddress};
 use super::pool::Pool;
-use crate::config::{Config, FastCgiAddress};
 use crate::open_files::OpenFileTable;
 use crate::resolve::{ResolveError, Root};
 
-/// One configured backend: its routes, its pool and its limits.
+/// One configured backend as a site sees it: its routes, its pool (shared
+/// by every site that inherits the backend) and its limits.
 pub struct Backend {
     pub name: String,
-    pub pool: Pool,
+    pub pool: Arc<Pool>,
     extensions: Vec<String>,
     /// Normalised (relative) prefixes, e.g. `app`.
     prefixes: Vec<Vec<u8>>,
     split: regex::bytes::Regex,
     check_file: bool,
-    /// The document root as the application sees it.
-    pub root: Vec<u8>,
+    /// The document root as the application sees it, when set
+    /// (`fastcgi.backends.NAME.root`); else the directory the request's
+    /// location serves.
+    pub root: Option<Vec<u8>>,
     pub keep_conn: bool,
     /// Replies are peeked, then read after the next request (a kept-alive
     /// Unix socket; see [`super::reply`]).
@@ -37,11 +39,37 @@ pub struct Backend {
     pub queue_timeout: Duration,
 }
 
-/// The `[fastcgi]` configuration, prepared once.
+/// A site's `[fastcgi]` configuration, prepared once.
 pub struct Settings {
     pub backends: Vec<Arc<Backend>>,
+}
+
+/// Every FastCGI pool of a server. A backend of the top-level `[fastcgi]`
+/// has one pool, whichever sites inherit it; a backend a site defines has
+/// its own.
+#[derive(Default)]
+pub struct Pools {
+    /// `NAME` for a top-level backend, `SITE/NAME` for a site's own.
+    pools: Vec<(String, Arc<Pool>)>,
     /// How many places all pools have: their ids are below.
     pub links: usize,
+}
+
+impl Pools {
+    /// Each pool once, with its backend's name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Pool)> {
+        self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
+    }
+
+    fn get(&mut self, key: String, address: &FastCgiAddress, cap: usize) -> Arc<Pool> {
+        if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
+            return pool.clone();
+        }
+        let pool = Arc::new(Pool::new(address.clone(), cap, self.links));
+        self.links += cap;
+        self.pools.push((key, pool.clone()));
+        pool
+    }
 }
 
 /// A request routed to a backend: the backend and the length of the
@@ -52,31 +80,29 @@ pub struct Route {
 }
 
 impl Settings {
-    pub fn new(config: &Config) -> io::Result<Settings> {
+    /// The backends of site `site` (`""` for the top-level one), of which
+    /// those named in `own` are the site's own, with their pools from
+    /// `pools`.
+    pub fn new(config: &FastCgi, site: &str, own: &[String], pools: &mut Pools) -> Settings {
         let mut backends = Vec::new();
-        let mut links = 0;
-        for (name, b) in &config.fastcgi.backends {
-            let root = match &b.root {
-                Some(r) => r.clone(),
-                None => std::fs::canonicalize(&config.server.root)?,
-            };
+        for (name, b) in &config.backends {
+            let key = if own.contains(name) { format!("{site}/{name}") } else { name.clone() };
             backends.push(Arc::new(Backend {
                 name: name.clone(),
-                pool: Pool::new(b.address.clone(), b.max_connections.0, links),
+                pool: pools.get(key, &b.address, b.max_connections.0),
                 extensions: b.extensions.iter().map(|e| e.trim_start_matches('.').to_string()).collect(),
                 prefixes: b.prefixes.iter().map(|p| p.0.trim_matches('/').as_bytes().to_vec()).collect(),
                 split: b.split_path_info.0.clone(),
                 check_file: b.check_file,
-                root: root.as_os_str().as_bytes().to_vec(),
+                root: b.root.as_ref().map(|r| r.as_os_str().as_bytes().to_vec()),
                 keep_conn: b.keep_conn,
                 peek_replies: b.keep_conn && matches!(b.address, FastCgiAddress::Unix(_)),
                 connect_timeout: b.connect_timeout.0,
                 read_timeout: b.read_timeout.0,
                 queue_timeout: b.queue_timeout.0,
             }));
-            links += b.max_connections.0;
         }
-        Ok(Settings { backends, links })
+        Settings { backends }
     }
 
     /// The backend for the normalised path `rel`, if any; `scratch` holds
@@ -112,10 +138,10 @@ impl Settings {
             if !by_prefix && !by_extension {
                 continue;
             }
-            if backend.check_file && !files.known_regular(script, now) {
+            if backend.check_file && !files.known_regular(root.id(), script, now) {
                 match root.probe_open(script) {
                     Ok((fd, stat)) if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile => {
-                        files.note_regular(script, fd.as_fd(), now);
+                        files.note_regular(root.id(), script, fd.as_fd(), now);
                     }
                     Ok(_) if script.is_empty() => return Some(Err(ResolveError::Forbidden)),
                     Ok(_) => return Some(Err(ResolveError::NotFound)),
@@ -150,17 +176,17 @@ impl Backend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Pattern;
+    use crate::site::fastcgi::config::Pattern;
 
     fn backend(pattern: &str) -> Backend {
         Backend {
             name: "php".into(),
-            pool: Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 1, 0),
+            pool: Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 1, 0).into(),
             extensions: vec!["php".into()],
             prefixes: Vec::new(),
             split: Pattern::parse(pattern).unwrap().0,
             check_file: false,
-            root: b"/srv".to_vec(),
+            root: Some(b"/srv".to_vec()),
             keep_conn: true,
             peek_replies: true,
             connect_timeout: Duration::from_secs(1),

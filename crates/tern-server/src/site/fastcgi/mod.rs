@@ -4,6 +4,7 @@
 //! off a kept-alive link `reply.rs`.
 
 pub mod backends;
+pub mod config;
 pub mod exchange;
 pub mod pool;
 pub mod proto;
@@ -20,6 +21,9 @@ use proto::ID;
 /// What a request needs to start an exchange, beyond the request itself.
 pub struct Launch<'a> {
     pub route: Route,
+    /// The directory the request's location serves, as an absolute path:
+    /// `DOCUMENT_ROOT` unless the backend sets its own.
+    pub doc_root: &'a [u8],
     pub rel: &'a [u8],
     pub trailing_slash: bool,
     pub body: Spool,
@@ -38,12 +42,13 @@ pub struct Launch<'a> {
 pub fn start(req: &Request<'_>, l: Launch<'_>) -> Result<Exchange, u16> {
     let backend = l.route.backend;
     let script = &l.rel[..l.route.script_len];
-    let mut filename = Vec::with_capacity(backend.root.len() + script.len() + 1);
-    filename.extend_from_slice(&backend.root);
+    let root = backend.root.as_deref().unwrap_or(l.doc_root);
+    let mut filename = Vec::with_capacity(root.len() + script.len() + 1);
+    filename.extend_from_slice(root);
     filename.push(b'/');
     filename.extend_from_slice(script);
     let meta = Meta {
-        root: &backend.root,
+        root,
         script_name: script,
         filename: &filename,
         path_info: &l.rel[l.route.script_len..],

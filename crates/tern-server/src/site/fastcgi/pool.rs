@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use crate::config::FastCgiAddress;
+use super::config::FastCgiAddress;
 use crate::sys;
 use crate::worker::Doorbell;
 
@@ -172,6 +172,14 @@ pub struct Snapshot {
 
 impl Pool {
     /// A pool of `cap` places, with ids from `first` on.
+    /// Where its backend listens, as configured.
+    pub fn address(&self) -> String {
+        match &self.address {
+            FastCgiAddress::Unix(path) => format!("unix:{}", path.display()),
+            FastCgiAddress::Tcp(addr) => addr.to_string(),
+        }
+    }
+
     pub fn new(address: FastCgiAddress, cap: usize, first: usize) -> Pool {
         let free = (first..first + cap).rev().collect();
         Pool { address, cap, state: Mutex::new(State { free, ..State::default() }), stats: Stats::default() }
