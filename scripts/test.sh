@@ -41,7 +41,7 @@ for model in pool staged per-request uring; do
     extra=()
     if [ "$model" = uring ]; then
         extra=(--test tls --test slow_disk --test service_records --test demo_site --test fastcgi_files
-            --test ports --test privileges)
+            --test ports --test privileges --test program_sources)
     fi
     TERN_MODEL=$model cargo test -p tern --locked "${suite[@]}" "${extra[@]}"
 done

@@ -34,8 +34,8 @@ pub enum Op {
     Epoll,
     Recv(Tag),
     Send(Tag),
-    /// A socket has room again (a one-shot poll for a write the
-    /// connection made itself that would have blocked).
+    /// A socket has room again (its multishot poll, armed after a write
+    /// the connection made itself would have blocked).
     Writable(Tag),
     /// A file region read for a connection (the `uring` method).
     Read(Tag),
@@ -291,5 +291,104 @@ mod tests {
         }
         assert_eq!(Tag::next_gen(GEN_MASK as u32), 0, "generations wrap within their bits");
         assert_eq!(Op::decode(0), None);
+    }
+
+    #[test]
+    fn a_refusal_names_its_cause_and_the_way_out() {
+        let said = |errno| unavailable(io::Error::from_raw_os_error(errno)).to_string();
+        assert!(said(libc::ENOSYS).contains("this kernel has no io_uring"), "{}", said(libc::ENOSYS));
+        assert!(said(libc::EINVAL).contains("needs Linux 6.1 or later"), "{}", said(libc::EINVAL));
+        if std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").is_ok_and(|s| s.trim() == "0") {
+            assert!(said(libc::EPERM).contains("a seccomp profile forbids it"), "{}", said(libc::EPERM));
+        }
+        for errno in [libc::ENOSYS, libc::EPERM, libc::EINVAL, libc::ENOMEM] {
+            let e = said(errno);
+            assert!(e.starts_with("server.model = \"uring\": ") && e.ends_with("use another model (\"event\")"), "{e}");
+        }
+    }
+
+    /// Whether `IORING_OP_SEND_ZC` pays here against a plain send through
+    /// the ring (issue 34): the process's CPU time per MiB sent over
+    /// loopback to a reader thread, median of alternating rounds (the
+    /// kernel's work dominates, so a debug build measures it). Kept out of
+    /// the default run: `cargo test -p tern-server --lib send_zc --
+    /// --ignored --nocapture`; its figures are in bench/RESULTS.md.
+    #[test]
+    #[ignore]
+    fn send_zc_against_send_on_loopback() {
+        use std::io::Read;
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsRawFd;
+
+        fn cpu_ns() -> u128 {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: a valid timespec to fill.
+            unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
+        }
+        // Sends `body` `times` times on `sock`, each whole before the next
+        // (a zero-copy send's buffer is free once its notification came).
+        fn send_all(ring: &mut IoUring, sock: RawFd, body: &[u8], times: usize, zc: bool) {
+            for _ in 0..times {
+                let mut at = 0;
+                while at < body.len() {
+                    let (ptr, len) = (body[at..].as_ptr(), (body.len() - at) as u32);
+                    let entry = match zc {
+                        true => opcode::SendZc::new(Fd(sock), ptr, len).build(),
+                        false => opcode::Send::new(Fd(sock), ptr, len).build(),
+                    };
+                    // SAFETY: `body` outlives the send and its notification.
+                    unsafe { ring.submission().push(&entry).unwrap() };
+                    let (mut sent, mut pending) = (None, 1);
+                    while pending > 0 {
+                        ring.submit_and_wait(1).unwrap();
+                        for cqe in ring.completion() {
+                            if io_uring::cqueue::notif(cqe.flags()) {
+                                pending -= 1;
+                                continue;
+                            }
+                            assert!(cqe.result() > 0, "send failed: {}", cqe.result());
+                            sent = Some(cqe.result() as usize);
+                            pending += usize::from(io_uring::cqueue::more(cqe.flags()));
+                            pending -= 1;
+                        }
+                    }
+                    at += sent.unwrap();
+                }
+            }
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = vec![0u8; 256 << 10];
+            while s.read(&mut buf).unwrap() > 0 {}
+        });
+        let sock = TcpStream::connect(addr).unwrap();
+        let mut ring = IoUring::new(8).unwrap();
+        for size in [16 << 10, 256 << 10, 1 << 20] {
+            let body = vec![7u8; size];
+            let times = (256 << 20) / size;
+            let mut rounds: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+            for round in 0..10 {
+                let zc = round % 2 == 1;
+                let start = cpu_ns();
+                send_all(&mut ring, sock.as_raw_fd(), &body, times, zc);
+                let per_mib = (cpu_ns() - start) as f64 / 1e3 / 256.0;
+                rounds[usize::from(zc)].push(per_mib);
+            }
+            let median = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let (send, zc) = (median(&mut rounds[0]), median(&mut rounds[1]));
+            println!(
+                "{} KiB sends: send {send:.0} µs CPU/MiB, send_zc {zc:.0} µs CPU/MiB, zc ÷ send {:.2}",
+                size >> 10,
+                zc / send
+            );
+        }
+        drop(sock);
+        reader.join().unwrap();
     }
 }
