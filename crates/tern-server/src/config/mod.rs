@@ -268,7 +268,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::site::fastcgi::config::FastCgiAddress;
+    use crate::site::upstream::address::Address;
     use crate::values::{Bytes, NonZero, UrlPrefix};
 
     fn parse(text: &str) -> Result<Config, String> {
@@ -439,11 +439,11 @@ mod tests {
         )
         .unwrap();
         let php = &c.fastcgi.backends["php"];
-        assert_eq!(php.address, FastCgiAddress::Unix("/tmp/php.sock".into()));
+        assert_eq!(php.address, Address::Unix("/tmp/php.sock".into()));
         assert_eq!((php.max_connections, php.keep_conn, php.check_file), (NonZero(8), true, true));
         assert_eq!(php.connect_timeout.0, Duration::from_secs(2));
         let app = &c.fastcgi.backends["app"];
-        assert_eq!(app.address, FastCgiAddress::Tcp("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!(app.address, Address::Tcp("127.0.0.1:9000".parse().unwrap()));
         assert_eq!((app.max_connections, app.read_timeout.0), (NonZero(3), Duration::from_millis(500)));
         assert_eq!(app.prefixes, [UrlPrefix("/app".into())]);
         for (text, needle) in [

@@ -21,6 +21,7 @@ pub mod request;
 pub mod static_files;
 pub mod template;
 pub mod trace;
+pub mod upstream;
 pub mod vhost;
 
 use std::path::PathBuf;

@@ -11,8 +11,9 @@ use std::time::Instant;
 
 use rustix::fs::FileType;
 
-use super::config::{FastCgi, FastCgiAddress};
-use super::pool::Pool;
+use super::config::FastCgi;
+use crate::site::upstream::address::Address;
+use crate::site::upstream::pool::Pool;
 use crate::open_files::OpenFileTable;
 use crate::resolve::{ResolveError, Root};
 
@@ -61,7 +62,7 @@ impl Pools {
         self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
     }
 
-    fn get(&mut self, key: String, address: &FastCgiAddress, cap: usize) -> Arc<Pool> {
+    fn get(&mut self, key: String, address: &Address, cap: usize) -> Arc<Pool> {
         if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
             return pool.clone();
         }
@@ -96,7 +97,7 @@ impl Settings {
                 check_file: b.check_file,
                 root: b.root.as_ref().map(|r| r.as_os_str().as_bytes().to_vec()),
                 keep_conn: b.keep_conn,
-                peek_replies: b.keep_conn && matches!(b.address, FastCgiAddress::Unix(_)),
+                peek_replies: b.keep_conn && matches!(b.address, Address::Unix(_)),
                 connect_timeout: b.connect_timeout.0,
                 read_timeout: b.read_timeout.0,
                 queue_timeout: b.queue_timeout.0,
@@ -181,7 +182,7 @@ mod tests {
     fn backend(pattern: &str) -> Backend {
         Backend {
             name: "php".into(),
-            pool: Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 1, 0).into(),
+            pool: Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), 1, 0).into(),
             extensions: vec!["php".into()],
             prefixes: Vec::new(),
             split: Pattern::parse(pattern).unwrap().0,

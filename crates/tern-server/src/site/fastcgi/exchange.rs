@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tern_http::Request;
 
 use super::backends::Backend;
-use super::pool::{Checkout, Grant, Link, Ticket};
+use crate::site::upstream::pool::{Checkout, Grant, Link, Ticket};
 use super::proto::{self, Decoder, Event, ID, MAX_CONTENT, REQUEST_COMPLETE, STDIN};
 use super::reply::ReplyReader;
 use crate::body::OutQueue;

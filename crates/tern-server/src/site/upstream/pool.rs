@@ -1,4 +1,5 @@
-//! One backend's connections, shared by all workers: idle kept-alive
+//! One backend's connections (a FastCGI application's, an HTTP upstream
+//! server's), shared by all workers: idle kept-alive
 //! connections, places (by id) for at most the cap of them open, and a
 //! queue of requests waiting for one.
 //!
@@ -36,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::config::FastCgiAddress;
+use super::address::Address;
 use crate::sys;
 use crate::worker::Doorbell;
 
@@ -52,7 +53,7 @@ pub struct Link {
     pub home: Option<Arc<Doorbell>>,
     /// Bytes of its last reply still queued on it (see [`ReplyReader`]).
     ///
-    /// [`ReplyReader`]: super::reply::ReplyReader
+    /// [`ReplyReader`]: crate::site::fastcgi::reply::ReplyReader
     pub owed: usize,
 }
 
@@ -157,7 +158,7 @@ impl State {
 }
 
 pub struct Pool {
-    address: FastCgiAddress,
+    address: Address,
     cap: usize,
     state: Mutex<State>,
     pub stats: Stats,
@@ -173,14 +174,11 @@ pub struct Snapshot {
 impl Pool {
     /// A pool of `cap` places, with ids from `first` on.
     /// Where its backend listens, as configured.
-    pub fn address(&self) -> String {
-        match &self.address {
-            FastCgiAddress::Unix(path) => format!("unix:{}", path.display()),
-            FastCgiAddress::Tcp(addr) => addr.to_string(),
-        }
+    pub fn address(&self) -> &Address {
+        &self.address
     }
 
-    pub fn new(address: FastCgiAddress, cap: usize, first: usize) -> Pool {
+    pub fn new(address: Address, cap: usize, first: usize) -> Pool {
         let free = (first..first + cap).rev().collect();
         Pool { address, cap, state: Mutex::new(State { free, ..State::default() }), stats: Stats::default() }
     }
@@ -303,8 +301,8 @@ impl Pool {
     pub fn connect(&self) -> io::Result<(OwnedFd, bool)> {
         self.stats.connects.fetch_add(1, Relaxed);
         let (domain, addr) = match &self.address {
-            FastCgiAddress::Unix(path) => (Domain::UNIX, SockAddr::unix(path)?),
-            FastCgiAddress::Tcp(a) => (Domain::for_address(*a), SockAddr::from(*a)),
+            Address::Unix(path) => (Domain::UNIX, SockAddr::unix(path)?),
+            Address::Tcp(a) => (Domain::for_address(*a), SockAddr::from(*a)),
         };
         let sock = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), None)?;
         if domain != Domain::UNIX {
@@ -353,7 +351,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     fn pool(cap: usize) -> Pool {
-        Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), cap, 0)
+        Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), cap, 0)
     }
 
     fn link(home: Option<&Arc<Doorbell>>) -> Link {
@@ -375,7 +373,7 @@ mod tests {
     #[test]
     fn never_past_the_cap_and_first_come_first_served() {
         // The second backend's pool: its places are 3 and 4.
-        let p = Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 2, 3);
+        let p = Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), 2, 3);
         let Checkout::Connect(a) = p.checkout(None).unwrap() else { panic!("a place") };
         let Checkout::Connect(b) = p.checkout(None).unwrap() else { panic!("a place") };
         assert_eq!((a, b), (3, 4));
