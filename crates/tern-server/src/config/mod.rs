@@ -18,6 +18,7 @@
 mod server;
 mod sites;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -32,6 +33,7 @@ use crate::site::cgi::config::Cgi;
 use crate::site::config::{SiteConfig, SiteKeys, SiteSections, SiteTable};
 use crate::site::fastcgi::config::FastCgi;
 use crate::site::internal::Status;
+use crate::site::proxy::config::Upstream;
 use crate::static_io::StaticFiles;
 use crate::tls::Tls;
 use crate::values::{rebase, Origin};
@@ -61,6 +63,9 @@ pub struct Config {
     pub compression: Compression,
     pub tls: Tls,
     pub staged: Staged,
+    /// Upstream groups of HTTP servers, by name, for the locations' `proxy`.
+    /// Default: none.
+    pub upstream: BTreeMap<String, Upstream>,
     /// Virtual hosts, each with its host names, settings and locations.
     /// Default: none.
     #[serde(rename = "site")]
@@ -105,6 +110,11 @@ impl Config {
         config.origin = Origin::new(origin, text);
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(ConfigError::Rule(format!("{}: {message}", config.at(section, key))));
+        }
+        for (name, upstream) in &config.upstream {
+            if let Some((key, message)) = upstream.broken_rule() {
+                return Err(ConfigError::Rule(format!("{}: {message}", config.at(&format!("upstream.{name}"), key))));
+            }
         }
         if let Some(dir) = origin.parent() {
             if config.server.root.is_relative() {
@@ -237,6 +247,7 @@ impl Config {
             staged: s.model == Model::Staged,
             io_pool_threads: self.io_pool_threads(),
             origin: &self.origin,
+            upstreams: &self.upstream,
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use serde::Deserialize;
 use tern_http::{Method, Request};
 
-use super::fastcgi::backends::Pools;
+use super::upstream::pool::Pools;
 use crate::compress::config::WhenFull;
 use crate::compress::Compression;
 use crate::metrics::{Ending, ServerStats, SiteCounters, StageStats, Totals};

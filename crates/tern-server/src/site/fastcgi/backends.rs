@@ -12,10 +12,10 @@ use std::time::Instant;
 use rustix::fs::FileType;
 
 use super::config::FastCgi;
-use crate::site::upstream::address::Address;
-use crate::site::upstream::pool::Pool;
 use crate::open_files::OpenFileTable;
 use crate::resolve::{ResolveError, Root};
+use crate::site::upstream::address::Address;
+use crate::site::upstream::pool::{Pool, Pools};
 
 /// One configured backend as a site sees it: its routes, its pool (shared
 /// by every site that inherits the backend) and its limits.
@@ -43,34 +43,6 @@ pub struct Backend {
 /// A site's `[fastcgi]` configuration, prepared once.
 pub struct Settings {
     pub backends: Vec<Arc<Backend>>,
-}
-
-/// Every FastCGI pool of a server. A backend of the top-level `[fastcgi]`
-/// has one pool, whichever sites inherit it; a backend a site defines has
-/// its own.
-#[derive(Default)]
-pub struct Pools {
-    /// `NAME` for a top-level backend, `SITE/NAME` for a site's own.
-    pools: Vec<(String, Arc<Pool>)>,
-    /// How many places all pools have: their ids are below.
-    pub links: usize,
-}
-
-impl Pools {
-    /// Each pool once, with its backend's name.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Pool)> {
-        self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
-    }
-
-    fn get(&mut self, key: String, address: &Address, cap: usize) -> Arc<Pool> {
-        if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
-            return pool.clone();
-        }
-        let pool = Arc::new(Pool::new(address.clone(), cap, self.links));
-        self.links += cap;
-        self.pools.push((key, pool.clone()));
-        pool
-    }
 }
 
 /// A request routed to a backend: the backend and the length of the

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use tern_http::Request;
 
 use super::backends::Backend;
-use crate::site::upstream::pool::{Checkout, Grant, Link, Ticket};
 use super::proto::{self, Decoder, Event, ID, MAX_CONTENT, REQUEST_COMPLETE, STDIN};
 use super::reply::ReplyReader;
 use crate::body::OutQueue;
 use crate::error_log::{log, Level};
 use crate::reply::Params;
 use crate::site::cgi::{Pump, Response};
+use crate::site::upstream::pool::{Checkout, Grant, Link, Ticket};
 use crate::sys;
 use crate::worker::{Doorbell, Wait, Worker};
 

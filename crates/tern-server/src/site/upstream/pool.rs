@@ -326,6 +326,37 @@ impl Pool {
     }
 }
 
+/// Every pool of a server, by a key its owner chooses: a FastCGI backend
+/// of the top-level `[fastcgi]` has one pool whichever sites inherit it
+/// (`NAME`), a backend a site defines its own (`SITE/NAME`), an upstream
+/// server its own (`upstream NAME/N`). Their places' ids run on from one
+/// pool to the next.
+#[derive(Default)]
+pub struct Pools {
+    /// `NAME` for a top-level backend, `SITE/NAME` for a site's own.
+    pools: Vec<(String, Arc<Pool>)>,
+    /// How many places all pools have: their ids are below.
+    pub links: usize,
+}
+
+impl Pools {
+    /// Each pool once, with its backend's name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Pool)> {
+        self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
+    }
+
+    /// The pool of `key`, made with `cap` places the first time.
+    pub fn get(&mut self, key: String, address: &Address, cap: usize) -> Arc<Pool> {
+        if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
+            return pool.clone();
+        }
+        let pool = Arc::new(Pool::new(address.clone(), cap, self.links));
+        self.links += cap;
+        self.pools.push((key, pool.clone()));
+        pool
+    }
+}
+
 /// Gives `grant` to a waiting request (taken off the queue) and wakes its
 /// worker. Called under the pool's lock, so a request that gives up
 /// ([`Pool::cancel`]) either is still queued or finds the grant.

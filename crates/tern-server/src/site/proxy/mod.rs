@@ -1,0 +1,14 @@
+//! The reverse proxy: a location's `proxy` sends its requests to an
+//! upstream group (`[upstream.NAME]`) of HTTP/1.1 servers. `config.rs` is
+//! the section, `group.rs` a group as it runs (servers, pools, timeouts),
+//! `balance.rs` which server, `health.rs` whether a server may be used,
+//! `headers.rs` the fields that cross, `response.rs` the upstream's
+//! response head read strictly, `exchange.rs` one request's exchange.
+
+pub mod balance;
+pub mod config;
+pub mod exchange;
+pub mod group;
+pub mod headers;
+pub mod health;
+pub mod response;
