@@ -21,6 +21,7 @@ use crate::worker::Worker;
 
 use super::answer::Answered;
 use super::state::{Backend, Clock, Conn, Phase, Status};
+use super::transport::Fill;
 
 /// Who answers a backend's request: the location's dressing and the site.
 pub(super) type Answerer = (Option<std::sync::Arc<crate::reply::Dressing>>, Option<u32>);
@@ -115,6 +116,42 @@ impl Conn {
                 self.local_redirect(shared, w, &b, &location);
                 None
             }
+        }
+    }
+
+    /// In a tunnel, moves what the client sent up to the server (bytes read
+    /// before the switch first). `Some(true)`: progress, look again;
+    /// `Some(false)`: nothing to do now; `None`: close.
+    pub(super) fn tunnel_up(&mut self, w: &mut Worker<'_>) -> Option<bool> {
+        let Some(b) = self.backend.as_mut() else { return Some(false) };
+        let Some(x) = b.job.tunnel() else { return Some(false) };
+        if self.rpos < self.rbuf.len() {
+            if !x.can_upload() {
+                return Some(false);
+            }
+            return match x.upload(&self.rbuf[self.rpos..], w) {
+                Ok(0) => Some(false),
+                Ok(n) => {
+                    self.rpos += n;
+                    Some(true)
+                }
+                Err(_) => None,
+            };
+        }
+        if self.io.peer_closed {
+            x.client_closed();
+            return Some(false);
+        }
+        match self.fill(w) {
+            Fill::Got => Some(true),
+            Fill::Wait => Some(false),
+            Fill::Eof => {
+                if let Some(x) = self.backend.as_mut().and_then(|b| b.job.tunnel()) {
+                    x.client_closed();
+                }
+                Some(false)
+            }
+            Fill::Failed => None,
         }
     }
 

@@ -75,6 +75,15 @@ impl Job {
         }
     }
 
+    /// A tunnel (after `101`) that takes the client's bytes now, if the
+    /// job is one.
+    pub fn tunnel(&mut self) -> Option<&mut proxy::exchange::Exchange> {
+        match self {
+            Job::Proxy(x) if x.tunnel() => Some(x),
+            _ => None,
+        }
+    }
+
     /// What to watch after [`Pump::AwaitExit`] (a CGI program's pidfd).
     pub fn exit_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match self {

@@ -121,6 +121,11 @@ impl Site {
                     window: common.body_buffer,
                     peer: ends.peer().ip(),
                     https: ends.https,
+                    upgrade: req.method == tern_http::Method::Get
+                        && req.values("upgrade").next().is_some()
+                        && req
+                            .values("connection")
+                            .any(|v| v.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))),
                     doorbell: w.watcher.doorbell(),
                 };
                 match exchange::Exchange::start(req, launch) {

@@ -47,6 +47,8 @@ enum Stage {
     Connecting,
     /// Writing the request, reading the response.
     Talking,
+    /// After `101 Switching Protocols`: bytes both ways, as they come.
+    Tunnel,
     Ended,
 }
 
@@ -84,6 +86,9 @@ pub struct Launch<'a> {
     pub window: usize,
     pub peer: std::net::IpAddr,
     pub https: bool,
+    /// The client asks to switch protocols (`Upgrade`, `Connection:
+    /// upgrade`): the fields go up, and a `101` opens a tunnel.
+    pub upgrade: bool,
     pub doorbell: Option<&'a Arc<Doorbell>>,
 }
 
@@ -106,6 +111,7 @@ pub struct Exchange {
     sent: u64,
     idempotent: bool,
     head_request: bool,
+    upgrade: bool,
     input: Vec<u8>,
     reading: Reading,
     pub response: Response,
@@ -134,7 +140,7 @@ impl Exchange {
             trusted,
             host: l.host,
             body: (body_len > 0 || req.has_body()).then_some(body_len),
-            upgrade: false,
+            upgrade: l.upgrade,
         };
         let mut head = Vec::with_capacity(512 + req.head_len);
         headers::request_head(req, &client, &mut head);
@@ -162,6 +168,7 @@ impl Exchange {
             idempotent: matches!(req.method, Method::Get | Method::Head | Method::Options)
                 || matches!(req.method_token, "PUT" | "DELETE" | "TRACE"),
             head_request: req.method == Method::Head,
+            upgrade: l.upgrade,
             input: Vec::new(),
             reading: Reading::Head,
             response: Response::new(req, false),
@@ -271,6 +278,7 @@ impl Exchange {
             (Stage::Talking, Some(fd)) => {
                 (fd.as_fd(), Wait { read: !self.may_read, write: !self.may_write && self.writing() })
             }
+            (Stage::Tunnel, Some(fd)) => (fd.as_fd(), Wait { read: !self.may_read, write: !self.may_write }),
             _ => return None,
         };
         wait.any().then_some((fd, wait))
@@ -287,7 +295,52 @@ impl Exchange {
             Stage::Queued(_) => self.may_read,
             Stage::Connecting => self.may_write,
             Stage::Talking => self.may_read || (self.may_write && self.writing()),
+            Stage::Tunnel => self.may_read,
             Stage::Ended => false,
+        }
+    }
+
+    /// Whether the exchange became a tunnel: the client's bytes go up
+    /// through [`Exchange::upload`].
+    pub fn tunnel(&self) -> bool {
+        matches!(self.stage, Stage::Tunnel)
+    }
+
+    /// In a tunnel: sends what the client sent; returns how much the
+    /// server took (0: none now, the exchange waits for room).
+    pub fn upload(&mut self, data: &[u8], w: &Worker<'_>) -> io::Result<usize> {
+        let Some(fd) = self.link.as_ref() else { return Err(io::ErrorKind::NotConnected.into()) };
+        if !self.may_write || data.is_empty() {
+            return Ok(0);
+        }
+        match rustix::net::send(fd, data, rustix::net::SendFlags::NOSIGNAL) {
+            Ok(n) => {
+                self.since = w.now;
+                Ok(n)
+            }
+            Err(rustix::io::Errno::AGAIN) => {
+                self.may_write = false;
+                if !self.watched_for_room {
+                    let id = self.place.expect("a link without its place");
+                    w.watcher.watch_link(self.key, id, fd.as_fd(), true, true)?;
+                    self.watched_for_room = true;
+                }
+                Ok(0)
+            }
+            Err(rustix::io::Errno::INTR) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Whether the tunnel can take client bytes now.
+    pub fn can_upload(&self) -> bool {
+        self.tunnel() && self.may_write
+    }
+
+    /// The client closed its side of a tunnel: so does the server's.
+    pub fn client_closed(&mut self) {
+        if let Some(fd) = &self.link {
+            let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Write);
         }
     }
 
@@ -330,6 +383,7 @@ impl Exchange {
                 }
             }
             Stage::Talking => self.talk(out, params, chunk, w),
+            Stage::Tunnel => self.tunnel_down(out, chunk, w),
             Stage::Ended => Pump::Wait,
         }
     }
@@ -492,8 +546,11 @@ impl Exchange {
                 out.commit_buf();
             }
             if p.status == 101 {
-                self.input.drain(..len);
-                return Some(self.refused(w, "a protocol switch that was not asked for"));
+                if !self.upgrade {
+                    self.input.drain(..len);
+                    return Some(self.refused(w, "a protocol switch that was not asked for"));
+                }
+                return Some(self.switch(out, &p, w));
             }
             self.input.drain(..len);
             return None;
@@ -521,6 +578,67 @@ impl Exchange {
         };
         self.input.drain(..len);
         None
+    }
+
+    /// `101`: the switch is relayed, and from now on bytes flow both ways
+    /// as they come (what followed the head goes down at once).
+    fn switch(&mut self, out: &mut OutQueue, p: &Parsed, w: &Worker<'_>) -> Pump {
+        out.buf.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+        let connection = headers::connection_tokens(p.values(&self.input, b"connection"));
+        for (name, value) in p.fields(&self.input) {
+            let hop = headers::hop_by_hop(name, &connection) && !name.eq_ignore_ascii_case(b"upgrade");
+            if !hop && !name.eq_ignore_ascii_case(b"content-length") {
+                out.buf.extend_from_slice(name);
+                out.buf.extend_from_slice(b": ");
+                out.buf.extend_from_slice(value);
+                out.buf.extend_from_slice(b"\r\n");
+            }
+        }
+        out.buf.extend_from_slice(b"Connection: upgrade\r\n\r\n");
+        self.input.drain(..p.head_len);
+        out.buf.extend_from_slice(&self.input);
+        self.input.clear();
+        out.commit_buf();
+        self.response.status = 101;
+        self.stage = Stage::Tunnel;
+        self.group.servers[self.server].health.succeeded();
+        self.since = w.now;
+        Pump::Progress
+    }
+
+    /// In a tunnel: what the server sent goes to the client as it is.
+    fn tunnel_down(&mut self, out: &mut OutQueue, chunk: usize, w: &Worker<'_>) -> Pump {
+        if !self.may_read {
+            return Pump::Wait;
+        }
+        let fd = self.link.as_ref().expect("a tunnel without a socket");
+        let at = out.buf.len();
+        out.buf.reserve(chunk.max(4096));
+        let spare = out.buf.capacity() - at;
+        match sys::read_into(fd, &mut out.buf) {
+            Ok(0) => {
+                self.stage = Stage::Ended;
+                Pump::Done { keep_alive: false }
+            }
+            Ok(n) => {
+                self.since = w.now;
+                self.response.body_bytes += n as u64;
+                if n < spare {
+                    self.may_read = false;
+                }
+                out.commit_buf();
+                Pump::Progress
+            }
+            Err(e) if sys::would_block(&e) => {
+                self.may_read = false;
+                Pump::Wait
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Pump::Progress,
+            Err(_) => {
+                self.stage = Stage::Ended;
+                Pump::Done { keep_alive: false }
+            }
+        }
     }
 
     /// The response ended as framed: the server did well, and its
@@ -671,7 +789,7 @@ impl Exchange {
         if t.total.is_some_and(|total| now.saturating_duration_since(self.started) > total) {
             return Some(504);
         }
-        if client_blocked && matches!(self.stage, Stage::Talking) {
+        if client_blocked && matches!(self.stage, Stage::Talking | Stage::Tunnel) {
             self.since = now;
             return None;
         }
@@ -681,6 +799,9 @@ impl Exchange {
             Stage::Connecting => (t.connect, 502),
             Stage::Talking if self.writing() => (t.send, 504),
             Stage::Talking => (t.read, 504),
+            // An idle tunnel ends (its response is out: the connection
+            // closes).
+            Stage::Tunnel => (t.read, 504),
             Stage::Ended => return None,
         };
         if waited <= limit {
