@@ -131,6 +131,11 @@ impl Config {
             for site in &mut config.sites {
                 site.rebase(dir);
             }
+            for server in config.upstream.values_mut().flat_map(|u| &mut u.servers) {
+                if let Some(ca) = &mut server.ca {
+                    rebase(ca, dir);
+                }
+            }
         }
         Ok(config)
     }

@@ -565,7 +565,7 @@ impl Exchange {
             let _ = w.watcher.unwatch(fd.as_fd());
         }
         let owed = self.reply.owed();
-        if let Some(link) = pool.give_back(Link { id, fd, buf, home, owed }) {
+        if let Some(link) = pool.give_back(Link { id, fd, buf, home, owed, tls: None }) {
             let _ = w.watcher.unwatch(link.fd.as_fd());
             pool.put_back(Link { home: None, ..link });
         }

@@ -92,6 +92,27 @@ pub struct UpstreamServer {
     /// waits (`queue_timeout`). Default 64.
     #[serde(default = "sixty_four")]
     pub max_connections: NonZero,
+    /// Speak HTTPS to it (rustls; the session stays with its pooled
+    /// connection). Default false.
+    #[serde(default)]
+    pub tls: bool,
+    /// With `tls`: the name sent as SNI and checked against its
+    /// certificate. Default: its IP address.
+    #[serde(default)]
+    pub tls_name: Option<String>,
+    /// With `tls`: the CA certificates (PEM) its certificate is checked
+    /// against, relative to the config file's directory. Default: the
+    /// system's (`/etc/ssl/certs/ca-certificates.crt`).
+    #[serde(default)]
+    pub ca: Option<std::path::PathBuf>,
+    /// With `tls`: false accepts any certificate (a lab's self-signed
+    /// one). Default true.
+    #[serde(default = "yes")]
+    pub verify: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `balance`.

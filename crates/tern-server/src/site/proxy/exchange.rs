@@ -34,9 +34,11 @@ use crate::error_log::{log, Level};
 use crate::reply::Params;
 use crate::site::cgi::{Pump, Response};
 use crate::site::upstream::pool::{Checkout, Grant, Link, Ticket};
+use crate::site::upstream::tls;
 use crate::spool::Spool;
 use crate::sys;
 use crate::worker::{Doorbell, Wait, Worker};
+use rustls::ClientConnection;
 
 /// Most bytes of a response head (larger: 502).
 const MAX_HEAD: usize = 64 * 1024;
@@ -99,6 +101,8 @@ pub struct Exchange {
     tried: Vec<usize>,
     stage: Stage,
     link: Option<OwnedFd>,
+    /// The link's TLS session, for an HTTPS server.
+    tls: Option<Box<ClientConnection>>,
     registered: bool,
     watched_for_room: bool,
     hung_up: bool,
@@ -156,6 +160,7 @@ impl Exchange {
             tried: Vec::new(),
             stage: Stage::Ended,
             link: None,
+            tls: None,
             registered: false,
             watched_for_room: false,
             hung_up: false,
@@ -213,6 +218,7 @@ impl Exchange {
         let pool = &self.group.servers[self.server].pool;
         pool.stats.reused.fetch_add(1, Relaxed);
         self.link = Some(link.fd);
+        self.tls = link.tls;
         self.registered = link.home.is_some();
         self.input = link.buf;
         self.place = Some(link.id);
@@ -227,10 +233,13 @@ impl Exchange {
         self.received = false;
         self.registered = false;
         self.hung_up = false;
-        let pool = &self.group.servers[self.server].pool;
-        match pool.connect() {
-            Ok((fd, connected)) => {
+        let server = &self.group.servers[self.server];
+        let pool = &server.pool;
+        let session = server.tls.as_ref().map(|c| c.session()).transpose();
+        match session.and_then(|tls| pool.connect().map(|c| (c, tls))) {
+            Ok(((fd, connected), tls)) => {
                 self.link = Some(fd);
+                self.tls = tls;
                 self.stage = if connected { Stage::Talking } else { Stage::Connecting };
                 self.may_write = connected;
                 Ok(())
@@ -313,12 +322,12 @@ impl Exchange {
         if !self.may_write || data.is_empty() {
             return Ok(0);
         }
-        match rustix::net::send(fd, data, rustix::net::SendFlags::NOSIGNAL) {
+        match send_on(&mut self.tls, fd, data) {
             Ok(n) => {
                 self.since = w.now;
                 Ok(n)
             }
-            Err(rustix::io::Errno::AGAIN) => {
+            Err(e) if sys::would_block(&e) => {
                 self.may_write = false;
                 if !self.watched_for_room {
                     let id = self.place.expect("a link without its place");
@@ -327,8 +336,8 @@ impl Exchange {
                 }
                 Ok(0)
             }
-            Err(rustix::io::Errno::INTR) => Ok(0),
-            Err(e) => Err(e.into()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+            Err(e) => Err(e),
         }
     }
 
@@ -403,7 +412,7 @@ impl Exchange {
 
     /// Whether request bytes remain to be written.
     fn writing(&self) -> bool {
-        self.sent < self.head.len() as u64 + self.body_len
+        self.sent < self.head.len() as u64 + self.body_len || self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 
     fn talk(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize, w: &Worker<'_>) -> Pump {
@@ -416,12 +425,12 @@ impl Exchange {
                     return Pump::Fail(500);
                 }
             };
-            match rustix::net::send(fd, pending, rustix::net::SendFlags::NOSIGNAL) {
+            match send_on(&mut self.tls, fd, pending) {
                 Ok(n) => {
                     self.sent += n as u64;
                     self.since = w.now;
                 }
-                Err(rustix::io::Errno::AGAIN) => {
+                Err(e) if sys::would_block(&e) => {
                     self.may_write = false;
                     if !self.watched_for_room {
                         let id = self.place.expect("a link without its place");
@@ -432,8 +441,8 @@ impl Exchange {
                         self.watched_for_room = true;
                     }
                 }
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return self.broken(w, &io::Error::from(e)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return self.broken(w, &e),
             }
             return Pump::Progress;
         }
@@ -444,12 +453,14 @@ impl Exchange {
             self.input.reserve(chunk.max(4096));
         }
         let spare = self.input.capacity() - self.input.len();
-        match sys::read_into(fd, &mut self.input) {
+        match recv_on(&mut self.tls, fd, &mut self.input) {
             Ok(0) => return self.ended_by_server(out, w),
             Ok(n) => {
                 self.received = true;
                 self.since = w.now;
-                if n < spare {
+                // A short read drained a plain socket; a TLS session may
+                // have read only part of what waits (it stops at a record).
+                if n < spare && self.tls.is_none() {
                     self.may_read = false;
                 }
             }
@@ -615,7 +626,7 @@ impl Exchange {
         let at = out.buf.len();
         out.buf.reserve(chunk.max(4096));
         let spare = out.buf.capacity() - at;
-        match sys::read_into(fd, &mut out.buf) {
+        match recv_on(&mut self.tls, fd, &mut out.buf) {
             Ok(0) => {
                 self.stage = Stage::Ended;
                 Pump::Done { keep_alive: false }
@@ -623,7 +634,9 @@ impl Exchange {
             Ok(n) => {
                 self.since = w.now;
                 self.response.body_bytes += n as u64;
-                if n < spare {
+                // A short read drained a plain socket; a TLS session may
+                // have read only part of what waits (it stops at a record).
+                if n < spare && self.tls.is_none() {
                     self.may_read = false;
                 }
                 out.commit_buf();
@@ -767,6 +780,7 @@ impl Exchange {
     /// Closes the current connection; its place goes back to its pool.
     fn drop_link(&mut self) {
         self.link = None;
+        self.tls = None;
         self.registered = false;
         self.watched_for_room = false;
         if let Some(id) = self.place.take() {
@@ -833,10 +847,35 @@ impl Exchange {
         } else if self.registered {
             let _ = w.watcher.unwatch(fd.as_fd());
         }
-        if let Some(link) = pool.give_back(Link { id, fd, buf, home, owed: 0 }) {
+        if let Some(link) = pool.give_back(Link { id, fd, buf, home, owed: 0, tls: self.tls.take() }) {
             let _ = w.watcher.unwatch(link.fd.as_fd());
             pool.put_back(Link { home: None, ..link });
         }
+    }
+}
+
+/// Sends `data` on `fd`, through its TLS session when it has one: how
+/// much was taken (`WouldBlock` when nothing could be).
+fn send_on(tls: &mut Option<Box<ClientConnection>>, fd: &OwnedFd, data: &[u8]) -> io::Result<usize> {
+    match tls {
+        None => rustix::net::send(fd, data, rustix::net::SendFlags::NOSIGNAL).map_err(io::Error::from),
+        Some(t) if data.is_empty() => match tls::flush(t, fd)? {
+            true => Ok(0),
+            false => Err(io::ErrorKind::WouldBlock.into()),
+        },
+        Some(t) => match tls::send(t, fd, data)? {
+            0 => Err(io::ErrorKind::WouldBlock.into()),
+            n => Ok(n),
+        },
+    }
+}
+
+/// Reads from `fd` into `buf`'s spare room, through its TLS session when
+/// it has one.
+fn recv_on(tls: &mut Option<Box<ClientConnection>>, fd: &OwnedFd, buf: &mut Vec<u8>) -> io::Result<usize> {
+    match tls {
+        None => sys::read_into(fd, buf),
+        Some(t) => tls::recv(t, fd, buf),
     }
 }
 

@@ -14,6 +14,7 @@ use super::config::{Balance, Upstream};
 use super::health::{Checker, Health};
 use crate::site::upstream::address::Address;
 use crate::site::upstream::pool::{Pool, Pools};
+use crate::site::upstream::tls;
 use crate::values::Network;
 
 /// One server of a group.
@@ -23,6 +24,8 @@ pub struct Server {
     pub health: Arc<Health>,
     /// Requests in flight to it (least connections).
     pub active: AtomicUsize,
+    /// For an HTTPS server: how its sessions start.
+    pub tls: Option<tls::Client>,
 }
 
 /// The key of `balance = "hash"`.
@@ -60,17 +63,25 @@ pub struct Group {
 impl Group {
     /// Builds group `name`, its pools taken from `pools`.
     pub fn new(name: &str, c: &Upstream, pools: &mut Pools) -> std::io::Result<Group> {
-        let servers: Vec<Server> = c
-            .servers
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Server {
+        let mut servers = Vec::with_capacity(c.servers.len());
+        for (i, s) in c.servers.iter().enumerate() {
+            let tls = match (s.tls, &s.address) {
+                (false, _) => None,
+                (true, Address::Tcp(addr)) => {
+                    let name = s.tls_name.clone().unwrap_or_else(|| addr.ip().to_string());
+                    let client = tls::Client::new(&name, s.ca.as_deref(), s.verify);
+                    Some(client.map_err(|e| std::io::Error::other(format!("upstream {name}: {e}")))?)
+                }
+                (true, Address::Unix(_)) => None,
+            };
+            servers.push(Server {
                 address: s.address.clone(),
                 pool: pools.get(format!("upstream {name}/{i}"), &s.address, s.max_connections.0),
                 health: Arc::new(Health::new(c.fail_after.0, c.fail_window.0, c.down_for.0)),
                 active: AtomicUsize::new(0),
-            })
-            .collect();
+                tls,
+            });
+        }
         let weights: Vec<usize> = c.servers.iter().map(|s| s.weight.0).collect();
         let labels: Vec<String> = servers.iter().map(|s| s.address.to_string()).collect();
         let checker = match &c.check {

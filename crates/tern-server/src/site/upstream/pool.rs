@@ -55,6 +55,9 @@ pub struct Link {
     ///
     /// [`ReplyReader`]: crate::site::fastcgi::reply::ReplyReader
     pub owed: usize,
+    /// Its TLS session, for an HTTPS upstream: kept with the connection, so
+    /// reusing it costs no handshake.
+    pub tls: Option<Box<rustls::ClientConnection>>,
 }
 
 /// What a freed place in the pool becomes for a waiting request.
@@ -387,7 +390,7 @@ mod tests {
 
     fn link(home: Option<&Arc<Doorbell>>) -> Link {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        Link { id: 0, fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), owed: 0 }
+        Link { id: 0, fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), owed: 0, tls: None }
     }
 
     fn rung(bell: &Doorbell) -> Vec<usize> {
