@@ -78,16 +78,24 @@ pub struct Settings {
     pub compression_enabled: bool,
 }
 
+/// What the pages show beside the workers' counters: the server's shared
+/// machinery.
+#[derive(Clone, Copy)]
+pub struct Shown<'a> {
+    pub compression: &'a Compression,
+    pub pools: &'a Pools,
+    pub groups: &'a [Arc<Group>],
+}
+
 pub fn serve(
     req: &Request<'_>,
     peer: SocketAddr,
     settings: &Settings,
-    compression: &Compression,
-    pools: &Pools,
-    groups: &[Arc<Group>],
+    shown: Shown<'_>,
     reply: &mut Reply<'_>,
     w: &mut Worker<'_>,
 ) {
+    let Shown { compression, pools, groups } = shown;
     let (config, server) = (w.config, w.server);
     let status = &settings.status;
     if !status.allow.iter().any(|n| n.contains(peer.ip())) {

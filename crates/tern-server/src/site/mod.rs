@@ -175,7 +175,8 @@ impl Sites {
     ) -> Answer {
         let status = &self.internal.status;
         if status.enabled && (req.path == status.path || req.path == status.metrics_path) {
-            internal::serve(req, ends.peer(), &self.internal, &self.compression, &self.pools, &self.groups, reply, w);
+            let shown = internal::Shown { compression: &self.compression, pools: &self.pools, groups: &self.groups };
+            internal::serve(req, ends.peer(), &self.internal, shown, reply, w);
             return Answer::Done;
         }
         if req.form == TargetForm::Asterisk || req.form == TargetForm::Authority {
