@@ -10,6 +10,7 @@ pub mod accept_encoding;
 pub mod chunked;
 pub mod conditional;
 pub mod date;
+mod fields;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host;
