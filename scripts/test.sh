@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests need (only those missing) and runs
 # every test: the Rust workspace (unit and end-to-end), the C gateway
-# library, and a short fuzz smoke of the request parser.
+# library, and a short fuzz smoke of the request and response parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
