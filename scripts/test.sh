@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests need (only those missing) and runs
 # every test: the Rust workspace (unit and end-to-end), the C gateway
-# library, and a short fuzz smoke of the request parser.
+# library, and a short fuzz smoke of the request and response parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,9 +14,11 @@ cd "$(dirname "$0")/.."
 # screenshots; openssl (s_client) checks the TLS versions, SNI and resumption;
 # fuse3 (fusermount3) and python3-fusepy mount the slow file system of the
 # slow-disk test; hyperfine is the reference the probe's command timing is
-# checked against.
+# checked against; python3-websockets is the WebSocket echo server and client
+# of the proxy tests (their Go and Node upstreams use the machine's Go and
+# Node).
 scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium \
-    fuse3 python3-fusepy hyperfine
+    fuse3 python3-fusepy hyperfine python3-websockets
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test
