@@ -24,11 +24,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tern_http::chunked::{Chunk, ChunkedDecoder};
+use tern_http::request::Limits;
+use tern_http::response_head::{parse_response, Framing, Parsed, RequestKind};
 use tern_http::{Method, Request};
 
 use super::group::Group;
 use super::headers::{self, Client};
-use super::response::{self, Framing, Parsed};
 use crate::body::OutQueue;
 use crate::error_log::{log, Level};
 use crate::reply::Params;
@@ -42,6 +43,18 @@ use rustls::ClientConnection;
 
 /// Most bytes of a response head (larger: 502).
 const MAX_HEAD: usize = 64 * 1024;
+/// Most fields in a response head.
+const MAX_FIELDS: usize = 128;
+
+/// What a complete response head leads to.
+enum Next {
+    /// An interim response: the final one follows.
+    Interim,
+    /// A `101`: bytes both ways from now on.
+    Tunnel,
+    /// The final response, its body framed so.
+    Body(Framing),
+}
 
 enum Stage {
     /// Waiting in the chosen server's pool queue.
@@ -479,13 +492,7 @@ impl Exchange {
         loop {
             match &mut self.reading {
                 Reading::Head => {
-                    let parsed = match response::parse(&self.input, self.head_request) {
-                        Ok(Some(p)) => p,
-                        Ok(None) if self.input.len() > MAX_HEAD => return self.refused(w, "a response head too large"),
-                        Ok(None) => return Pump::Progress,
-                        Err(why) => return self.refused(w, why),
-                    };
-                    if let Some(p) = self.head(out, params, parsed, w) {
+                    if let Some(p) = self.on_head(out, params, w) {
                         return p;
                     }
                 }
@@ -537,84 +544,90 @@ impl Exchange {
         }
     }
 
-    /// A complete response head: an interim one is passed over (`100`) or
-    /// relayed (`103`); a final one starts the client's response. `Some`:
-    /// what to return now.
-    fn head(&mut self, out: &mut OutQueue, params: &Params<'_>, p: Parsed, w: &Worker<'_>) -> Option<Pump> {
-        let len = p.head_len;
-        if p.status < 200 {
-            if p.status == 103 && !params.http10 {
-                out.buf.extend_from_slice(b"HTTP/1.1 103 Early Hints\r\n");
-                for (name, value) in p.fields(&self.input) {
-                    if name.eq_ignore_ascii_case(b"link") {
-                        out.buf.extend_from_slice(name);
-                        out.buf.extend_from_slice(b": ");
-                        out.buf.extend_from_slice(value);
-                        out.buf.extend_from_slice(b"\r\n");
-                    }
-                }
-                out.buf.extend_from_slice(b"\r\n");
-                out.commit_buf();
-            }
-            if p.status == 101 {
-                if !self.upgrade {
-                    self.input.drain(..len);
-                    return Some(self.refused(w, "a protocol switch that was not asked for"));
-                }
-                return Some(self.switch(out, &p, w));
-            }
-            self.input.drain(..len);
-            return None;
-        }
-        self.upstream_keep_alive = p.keep_alive;
-        let connection = headers::connection_tokens(p.values(&self.input, b"connection"));
-        let fields = p.fields(&self.input).filter(|(name, _)| {
-            !(headers::hop_by_hop(name, &connection)
-                || name.eq_ignore_ascii_case(b"content-length")
-                || name.eq_ignore_ascii_case(b"date")
-                || name.eq_ignore_ascii_case(b"server"))
-        });
-        let length = match p.framing {
-            Framing::Length(n) => Some(n),
-            Framing::None => Some(p.length.unwrap_or(0)),
-            Framing::Chunked | Framing::Close => None,
+    /// Reads the response head once it is complete: an interim one is
+    /// passed over (`100`) or relayed (`103`), a `101` to an upgrade opens
+    /// the tunnel, a final one starts the client's response. `Some`: what to
+    /// return now; `None`: go on with what follows the head.
+    fn on_head(&mut self, out: &mut OutQueue, params: &Params<'_>, w: &Worker<'_>) -> Option<Pump> {
+        let limits = Limits { max_request_line: 8 * 1024, max_head_bytes: MAX_HEAD, max_headers: MAX_FIELDS };
+        let kind = match (self.head_request, self.upgrade) {
+            (true, _) => RequestKind::Head,
+            (false, true) => RequestKind::Upgrade,
+            (false, false) => RequestKind::Plain,
         };
-        self.response.start(out, params, p.status, fields, length);
-        out.commit_buf();
-        self.reading = match p.framing {
-            Framing::None => Reading::Length(0),
-            Framing::Length(n) => Reading::Length(n),
-            Framing::Chunked => Reading::Chunked(ChunkedDecoder::new()),
-            Framing::Close => Reading::Close,
+        let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
+        // What the head decides, taken while it borrows the input.
+        let (len, next) = match parse_response(&self.input, &limits, &mut fields, kind) {
+            Ok(Parsed::Partial) => return Some(Pump::Progress),
+            Err(e) => return Some(self.refused(w, e.reason())),
+            Ok(Parsed::Complete(head)) => {
+                let connection = headers::connection_tokens(head.values("connection"));
+                let relayed = |name: &[u8], upgrading: bool| {
+                    !(headers::hop_by_hop(name, &connection) && !(upgrading && name.eq_ignore_ascii_case(b"upgrade")))
+                        && !name.eq_ignore_ascii_case(b"content-length")
+                };
+                let next = if head.framing == Framing::Tunnel {
+                    out.buf.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+                    for h in head.headers.iter().filter(|h| relayed(h.name.as_bytes(), true)) {
+                        field(&mut out.buf, h.name.as_bytes(), h.value);
+                    }
+                    out.buf.extend_from_slice(b"Connection: upgrade\r\n\r\n");
+                    Next::Tunnel
+                } else if head.is_interim() {
+                    if head.status == 103 && !params.http10 {
+                        out.buf.extend_from_slice(b"HTTP/1.1 103 Early Hints\r\n");
+                        for h in head.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("link")) {
+                            field(&mut out.buf, h.name.as_bytes(), h.value);
+                        }
+                        out.buf.extend_from_slice(b"\r\n");
+                        out.commit_buf();
+                    }
+                    Next::Interim
+                } else {
+                    self.upstream_keep_alive = head.keep_alive;
+                    let kept = head.headers.iter().map(|h| (h.name.as_bytes(), h.value)).filter(|(name, _)| {
+                        relayed(name, false)
+                            && !name.eq_ignore_ascii_case(b"date")
+                            && !name.eq_ignore_ascii_case(b"server")
+                    });
+                    // A HEAD's answer keeps the length it announces.
+                    let announced =
+                        head.values("content-length").next().and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
+                    let length = match head.framing {
+                        Framing::Length(n) => Some(n),
+                        Framing::None | Framing::Tunnel => Some(announced.unwrap_or(0)),
+                        Framing::Chunked | Framing::Close => None,
+                    };
+                    self.response.start(out, params, head.status, kept, length);
+                    out.commit_buf();
+                    Next::Body(head.framing)
+                };
+                (head.head_len, next)
+            }
         };
         self.input.drain(..len);
-        None
-    }
-
-    /// `101`: the switch is relayed, and from now on bytes flow both ways
-    /// as they come (what followed the head goes down at once).
-    fn switch(&mut self, out: &mut OutQueue, p: &Parsed, w: &Worker<'_>) -> Pump {
-        out.buf.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
-        let connection = headers::connection_tokens(p.values(&self.input, b"connection"));
-        for (name, value) in p.fields(&self.input) {
-            let hop = headers::hop_by_hop(name, &connection) && !name.eq_ignore_ascii_case(b"upgrade");
-            if !hop && !name.eq_ignore_ascii_case(b"content-length") {
-                out.buf.extend_from_slice(name);
-                out.buf.extend_from_slice(b": ");
-                out.buf.extend_from_slice(value);
-                out.buf.extend_from_slice(b"\r\n");
+        match next {
+            Next::Interim => None,
+            Next::Tunnel => {
+                out.buf.extend_from_slice(&self.input);
+                self.input.clear();
+                out.commit_buf();
+                self.response.status = 101;
+                self.stage = Stage::Tunnel;
+                self.group.servers[self.server].health.succeeded();
+                self.since = w.now;
+                Some(Pump::Progress)
+            }
+            Next::Body(framing) => {
+                self.reading = match framing {
+                    Framing::None | Framing::Tunnel => Reading::Length(0),
+                    Framing::Length(n) => Reading::Length(n),
+                    Framing::Chunked => Reading::Chunked(ChunkedDecoder::new()),
+                    Framing::Close => Reading::Close,
+                };
+                None
             }
         }
-        out.buf.extend_from_slice(b"Connection: upgrade\r\n\r\n");
-        self.input.drain(..p.head_len);
-        out.buf.extend_from_slice(&self.input);
-        self.input.clear();
-        out.commit_buf();
-        self.response.status = 101;
-        self.stage = Stage::Tunnel;
-        self.group.servers[self.server].health.succeeded();
-        self.since = w.now;
-        Pump::Progress
     }
 
     /// In a tunnel: what the server sent goes to the client as it is.
@@ -852,6 +865,13 @@ impl Exchange {
             pool.put_back(Link { home: None, ..link });
         }
     }
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Sends `data` on `fd`, through its TLS session when it has one: how

@@ -11,4 +11,3 @@ pub mod exchange;
 pub mod group;
 pub mod headers;
 pub mod health;
-pub mod response;
