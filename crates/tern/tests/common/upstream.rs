@@ -1,9 +1,10 @@
 //! Upstream servers for the reverse-proxy tests, each a real server in a
 //! child process: the Go and Node servers written for the tests
 //! (`tests/upstreams/`, their endpoints documented there), Python's
-//! `http.server` (HTTP/1.0, a connection per response) and a WebSocket echo
-//! server (Debian's python3-websockets). Each starts on a free port, is
-//! waited for until it answers, and is killed when dropped:
+//! `http.server` (HTTP/1.0, a connection per response; CGI output without a
+//! length) and a WebSocket echo server (Debian's python3-websockets). Each
+//! starts on a free port, is waited for until it answers, and is killed
+//! when dropped:
 //!
 //! ```ignore
 //! let up = Upstream::go()?;
@@ -11,6 +12,7 @@
 //! assert_eq!(r.body, upstream::pattern(1000));
 //! ```
 
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::{self, BufRead, BufReader, Read};
 use std::net::{SocketAddr, TcpStream};
@@ -53,6 +55,8 @@ pub struct Upstream {
     addr: SocketAddr,
     child: Option<Child>,
     output: Arc<Mutex<String>>,
+    /// One message from each output-copying thread when it has copied all.
+    drained: mpsc::Receiver<()>,
 }
 
 impl Upstream {
@@ -66,7 +70,9 @@ impl Upstream {
         Upstream::start(Kind::Node, 0)
     }
 
-    /// `python3 -m http.server` serving the files under `root`.
+    /// `python3 -m http.server --cgi` serving the files under `root`, and
+    /// running the programs under `root/cgi-bin/` (as `nobody` when run as
+    /// root), whose output it sends without a length, ended by closing.
     pub fn python_http(root: &Path) -> io::Result<Upstream> {
         Upstream::start(Kind::PythonHttp(root.to_path_buf()), 0)
     }
@@ -89,20 +95,36 @@ impl Upstream {
         self.output.lock().unwrap().clone()
     }
 
-    /// Kills the server at once (SIGKILL, as a crash) and reaps it.
+    /// Kills the server at once (SIGKILL, as a crash) and reaps it; what it
+    /// printed is then all in [`Upstream::output`].
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            for _ in 0..2 {
+                let _ = self.drained.recv_timeout(Duration::from_secs(5));
+            }
         }
     }
 
     /// Starts the server again on the same port (after [`Upstream::kill`]),
-    /// its state fresh.
+    /// its state fresh; its output goes on after the previous run's.
     pub fn restart(&mut self) -> io::Result<()> {
         self.kill();
+        let before = self.output();
         *self = Upstream::start(self.kind.clone(), self.addr.port())?;
+        self.output.lock().unwrap().insert_str(0, &before);
         Ok(())
+    }
+
+    /// The requests the Go upstream received over all its runs, by `METHOD
+    /// /path` (its "request" lines; the path as sent, percent-encoded).
+    pub fn received(&self) -> HashMap<String, usize> {
+        let mut received = HashMap::new();
+        for request in self.output().lines().filter_map(|l| l.strip_prefix("request ")) {
+            *received.entry(request.to_string()).or_default() += 1;
+        }
+        received
     }
 
     /// How many `METHOD /path` requests the Go or Node upstream received
@@ -127,7 +149,7 @@ impl Upstream {
             }
             Kind::PythonHttp(root) => {
                 let mut cmd = Command::new(PYTHON);
-                cmd.args(["-u", "-m", "http.server", "--bind", "127.0.0.1", "--directory"]).arg(root);
+                cmd.args(["-u", "-m", "http.server", "--cgi", "--bind", "127.0.0.1", "--directory"]).arg(root);
                 cmd.arg(port.to_string());
                 cmd
             }
@@ -147,10 +169,11 @@ impl Upstream {
         // The first number on stdout is the port: alone on its line, or in
         // http.server's "Serving HTTP on 127.0.0.1 port N (…) ...".
         let (tx, rx) = mpsc::channel();
-        drain(child.stdout.take().unwrap(), output.clone(), Some(tx));
-        drain(child.stderr.take().unwrap(), output.clone(), None);
-        let mut upstream =
-            Upstream { kind, addr: SocketAddr::from(([127, 0, 0, 1], port)), child: Some(child), output };
+        let (done, drained) = mpsc::channel();
+        drain(child.stdout.take().unwrap(), output.clone(), Some(tx), done.clone());
+        drain(child.stderr.take().unwrap(), output.clone(), None, done);
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut upstream = Upstream { kind, addr, child: Some(child), output, drained };
         let started = Instant::now();
         let port = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| upstream.failed("printed no port"))?;
         upstream.addr.set_port(port);
@@ -176,8 +199,13 @@ impl Drop for Upstream {
 }
 
 /// Copies a child's output into `output` line by line, the first number
-/// found sent on `port`.
-fn drain(from: impl Read + Send + 'static, output: Arc<Mutex<String>>, mut port: Option<mpsc::Sender<u16>>) {
+/// found sent on `port`; says `done` at the end of it.
+fn drain(
+    from: impl Read + Send + 'static,
+    output: Arc<Mutex<String>>,
+    mut port: Option<mpsc::Sender<u16>>,
+    done: mpsc::Sender<()>,
+) {
     std::thread::spawn(move || {
         for line in BufReader::new(from).lines().map_while(Result::ok) {
             if let Some(n) = port.as_ref().and_then(|_| line.split_whitespace().find_map(|w| w.parse().ok())) {
@@ -187,6 +215,7 @@ fn drain(from: impl Read + Send + 'static, output: Arc<Mutex<String>>, mut port:
             out.push_str(&line);
             out.push('\n');
         }
+        let _ = done.send(());
     });
 }
 
@@ -248,7 +277,15 @@ fn build_go() -> io::Result<PathBuf> {
 /// The first `n` bytes of the pattern the Go and Node upstreams' `/bytes`
 /// answer and the WebSocket client's `binary:N` sends: byte i is i % 251.
 pub fn pattern(n: usize) -> Vec<u8> {
-    (0..n).map(|i| (i % 251) as u8).collect()
+    // Whole periods copied: a 100 MiB body is made in milliseconds even
+    // in an unoptimised test build.
+    let period: Vec<u8> = (0..251).collect();
+    let mut out = Vec::with_capacity(n + 251);
+    while out.len() < n {
+        out.extend_from_slice(&period);
+    }
+    out.truncate(n);
+    out
 }
 
 /// The SHA-256 of `bytes` in hex, as `/echo` reports a body's.

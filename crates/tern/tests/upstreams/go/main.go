@@ -4,7 +4,9 @@
 // deliberately malformed bytes.
 //
 // It listens on -listen (else $UPSTREAM_LISTEN, else 127.0.0.1:0) and
-// prints its port on stdout once it accepts connections.
+// prints its port on stdout once it accepts connections, then a line
+// "request METHOD /path" for each request it counts, as it arrives (so what
+// a server received survives its being killed).
 //
 // Endpoints (any method unless said):
 //
@@ -93,6 +95,7 @@ func common(next http.Handler) http.Handler {
 			counts.Lock()
 			counts.m[r.Method+" "+r.URL.EscapedPath()]++
 			counts.Unlock()
+			fmt.Printf("request %s %s\n", r.Method, r.URL.EscapedPath())
 		}
 		q := r.URL.Query()
 		if !pause(r, duration(q.Get("delay"))) {
