@@ -136,6 +136,11 @@ pub struct Exchange {
     may_write: bool,
     /// A byte of the response came on the current connection.
     received: bool,
+    /// `out.written` when nothing but this response (and only since then)
+    /// was queued for the client: while it has not moved, none of the
+    /// response has reached the client, and a failure is still answered
+    /// `502` in its place (the queue cleared) rather than cut short.
+    unsent_since: Option<u64>,
     upstream_keep_alive: bool,
     reusable: bool,
     /// Start of the current wait, and of the whole exchange.
@@ -193,6 +198,7 @@ impl Exchange {
             may_read: false,
             may_write: false,
             received: false,
+            unsent_since: None,
             upstream_keep_alive: false,
             reusable: false,
             since: now,
@@ -201,12 +207,38 @@ impl Exchange {
             request_line: req.request_line.to_string(),
         };
         let server = x.group.choose(req, l.peer, &[], now).ok_or(502u16)?;
-        x.checkout(server, l.doorbell)?;
+        x.take_connection(server, l.doorbell, now, |x| x.group.choose(req, l.peer, &x.tried, now))?;
         Ok(x)
     }
 
+    /// Takes a connection to `server`; one that cannot even be started (a
+    /// Unix socket that is not there fails at once, before any readiness)
+    /// is a failure of that server, and the server `next` names is tried
+    /// instead while the retry budget lasts.
+    fn take_connection(
+        &mut self,
+        mut server: usize,
+        doorbell: Option<&Arc<Doorbell>>,
+        now: Instant,
+        next: impl Fn(&Exchange) -> Option<usize>,
+    ) -> Result<(), u16> {
+        loop {
+            match self.checkout(server, doorbell) {
+                Err(502) => self.count_failure(now, "connect"),
+                done => return done,
+            }
+            match next(self).filter(|_| self.tried.len() <= self.group.retries) {
+                Some(n) => {
+                    self.release_server();
+                    server = n;
+                }
+                None => return Err(502),
+            }
+        }
+    }
+
     /// Takes a connection to `server`: an idle one, a place to open one, or
-    /// a place in its queue.
+    /// a place in its queue. `Err(502)`: a connection could not be started.
     fn checkout(&mut self, server: usize, doorbell: Option<&Arc<Doorbell>>) -> Result<(), u16> {
         self.server = server;
         self.tried.push(server);
@@ -236,6 +268,7 @@ impl Exchange {
         self.input = link.buf;
         self.place = Some(link.id);
         self.reused = true;
+        self.hung_up = false;
         self.stage = Stage::Talking;
         self.may_write = true;
     }
@@ -368,6 +401,11 @@ impl Exchange {
 
     /// Moves the exchange on, relaying response bytes into `out`.
     pub fn pump(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize, w: &Worker<'_>) -> Pump {
+        if !self.response.head_sent() && out.queued() == 0 {
+            self.unsent_since = Some(out.written);
+        } else if self.unsent_since != Some(out.written) {
+            self.unsent_since = None;
+        }
         match &self.stage {
             Stage::Queued(ticket) => {
                 let Some(grant) = ticket.take() else {
@@ -471,9 +509,11 @@ impl Exchange {
             Ok(n) => {
                 self.received = true;
                 self.since = w.now;
-                // A short read drained a plain socket; a TLS session may
-                // have read only part of what waits (it stops at a record).
-                if n < spare && self.tls.is_none() {
+                // A short read drained a plain socket, unless its end was
+                // reported with the bytes (edge-triggered: no other edge
+                // will say so); a TLS session may have read only part of
+                // what waits (it stops at a record).
+                if n < spare && self.tls.is_none() && !self.hung_up {
                     self.may_read = false;
                 }
             }
@@ -647,9 +687,11 @@ impl Exchange {
             Ok(n) => {
                 self.since = w.now;
                 self.response.body_bytes += n as u64;
-                // A short read drained a plain socket; a TLS session may
-                // have read only part of what waits (it stops at a record).
-                if n < spare && self.tls.is_none() {
+                // A short read drained a plain socket, unless its end was
+                // reported with the bytes (edge-triggered: no other edge
+                // will say so); a TLS session may have read only part of
+                // what waits (it stops at a record).
+                if n < spare && self.tls.is_none() && !self.hung_up {
                     self.may_read = false;
                 }
                 out.commit_buf();
@@ -746,13 +788,20 @@ impl Exchange {
         !self.response.head_sent() && (self.idempotent || self.sent == 0)
     }
 
-    /// A try failed: counted against its server, then another server under
-    /// the retry rule, else `502` (or a cut response once its head is out).
-    fn failed(&mut self, w: &Worker<'_>, why: &str, close: bool) -> Pump {
+    /// Counts a failure against the current server, which marks it down
+    /// when it has failed often enough.
+    fn count_failure(&self, now: Instant, why: &str) {
         let server = &self.group.servers[self.server];
-        if server.health.failed(w.now) {
+        if server.health.failed(now) {
             log!(Level::Warn, "upstream {}: server {} marked down ({why})", self.group.name, server.address);
         }
+    }
+
+    /// A try failed: counted against its server, then another server under
+    /// the retry rule, else `502` (or a cut response once part of it
+    /// reached the client).
+    fn failed(&mut self, w: &Worker<'_>, why: &str, close: bool) -> Pump {
+        self.count_failure(w.now, why);
         if close {
             self.drop_link();
         }
@@ -761,21 +810,22 @@ impl Exchange {
         if budget && self.may_retry() {
             // The request is not at hand any more: the choice is the
             // balancer's order without a key.
-            let next = (0..self.group.servers.len())
-                .find(|i| !self.tried.contains(i) && self.group.servers[*i].health.usable(w.now));
-            if let Some(next) = next {
+            let next = |x: &Exchange| {
+                (0..x.group.servers.len()).find(|i| !x.tried.contains(i) && x.group.servers[*i].health.usable(w.now))
+            };
+            if let Some(server) = next(self) {
                 self.release_server();
                 self.restart_body();
                 self.reading = Reading::Head;
                 self.input.clear();
-                if self.checkout(next, w.watcher.doorbell()).is_ok() {
+                if self.take_connection(server, w.watcher.doorbell(), w.now, next).is_ok() {
                     self.since = w.now;
                     return self.rewatch(w);
                 }
             }
         }
         self.stage = Stage::Ended;
-        if self.response.head_sent() {
+        if self.response.head_sent() && self.unsent_since.is_none() {
             return self.response.abandon();
         }
         Pump::Fail(502)
