@@ -37,7 +37,7 @@ for model in pool staged per-request; do
         --test static_files --test static_io --test corpus --test traversal --test hidden_files \
         --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings \
         --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst \
-        --test operations --test reload
+        --test operations --test reload --test proxy
 done
 
 echo "all tests passed"
