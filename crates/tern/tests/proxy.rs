@@ -1076,3 +1076,30 @@ fn tern_route_names_the_upstream() -> io::Result<()> {
     assert!(!String::from_utf8_lossy(&out.stdout).contains("proxied"));
     Ok(())
 }
+
+/// An address whose connections are never made: a listener whose accept
+/// queue one connection filled (its SYNs are dropped from then on). Kept
+/// open while the returned sockets live.
+fn black_hole() -> (SocketAddr, socket2::Socket, TcpStream) {
+    let listener = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    listener.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let filler = TcpStream::connect(addr).unwrap();
+    (addr, listener, filler)
+}
+
+#[test]
+fn a_connection_not_made_in_time_goes_to_another_server() -> io::Result<()> {
+    let up = Upstream::go()?;
+    let (hole, _listener, _filler) = black_hole();
+    let (tern, _root) = proxy_to(&[hole, up.addr()], "connect_timeout = \"300ms\"\nfail_after = 1000");
+    // Round robin sends every other request to the black hole first.
+    for _ in 0..2 {
+        let start = Instant::now();
+        let r = common::get(tern.addr, "/echo/x", "");
+        assert_eq!(r.status, 200, "after {:?}", start.elapsed());
+    }
+    assert_eq!(up.count("GET", "/echo/x"), 2);
+    Ok(())
+}

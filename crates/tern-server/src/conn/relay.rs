@@ -225,7 +225,9 @@ impl Conn {
         let client_blocked = !self.out.is_empty();
         let Some(b) = self.backend.as_mut() else { return Status::Open };
         let Some(status) = b.job.expired(w.now, client_blocked, w) else {
-            return Status::Open;
+            // A job its deadline moved on (a proxy that tries another
+            // server) may have work now, with no readiness to come for it.
+            return if b.job.ready() { self.drive(shared, w) } else { Status::Open };
         };
         let b = self.end_backend(w, true);
         if b.job.response().head_sent() {

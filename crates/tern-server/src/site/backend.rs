@@ -112,7 +112,7 @@ impl Job {
                 504
             }),
             Job::FastCgi(x) => x.expired(now, client_blocked),
-            Job::Proxy(x) => x.expired(now, client_blocked),
+            Job::Proxy(x) => x.expired(now, client_blocked, w),
         }
     }
 

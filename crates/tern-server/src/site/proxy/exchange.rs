@@ -860,8 +860,11 @@ impl Exchange {
         self.group.servers[self.server].active.fetch_sub(1, Relaxed);
     }
 
-    /// The status to answer when the current wait has lasted too long.
-    pub fn expired(&mut self, now: Instant, client_blocked: bool) -> Option<u16> {
+    /// The status to answer when the current wait has lasted too long. A
+    /// connection not made in time fails its server as a refused one does:
+    /// another server may take the request (then `None`, the exchange
+    /// ready to go on).
+    pub fn expired(&mut self, now: Instant, client_blocked: bool, w: &Worker<'_>) -> Option<u16> {
         let t = self.group.timeouts;
         if t.total.is_some_and(|total| now.saturating_duration_since(self.started) > total) {
             return Some(504);
@@ -885,10 +888,18 @@ impl Exchange {
             return None;
         }
         let server = &self.group.servers[self.server];
+        if let Stage::Connecting = self.stage {
+            server.pool.stats.failed.fetch_add(1, Relaxed);
+            log!(Level::Warn, "upstream {}: no connection to {} within {limit:?}", self.group.name, server.address);
+            return match self.failed(w, "connect timeout", true) {
+                Pump::Fail(status) => Some(status),
+                _ => None,
+            };
+        }
         let counter = if status == 503 { &server.pool.stats.queue_timeouts } else { &server.pool.stats.timeouts };
         counter.fetch_add(1, Relaxed);
         if status != 503 {
-            server.health.failed(now);
+            self.count_failure(now, "timeout");
         }
         log!(Level::Warn, "upstream {}: {status} after {limit:?} answering {:?}", self.group.name, self.request_line);
         Some(status)
