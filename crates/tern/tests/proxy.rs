@@ -23,8 +23,9 @@ use sha2::{Digest, Sha256};
 
 const MIB: usize = 1024 * 1024;
 
-/// Starts tern with `upstreams` (`[upstream.NAME]` sections) and one
-/// default site made of `locations` (`[[site.location]]` sections).
+/// Starts tern with top-level sections `upstreams` (`[upstream.NAME]` and
+/// any other) and one default site made of `locations`
+/// (`[[site.location]]` sections).
 fn proxy(upstreams: &str, locations: &str) -> (Tern, tempfile::TempDir) {
     let root = tempfile::tempdir().unwrap();
     let config =
@@ -1005,9 +1006,9 @@ fn websockets_cross_with_their_close() -> io::Result<()> {
 #[test]
 fn an_https_upstream_is_verified() -> io::Result<()> {
     let dir = tempfile::tempdir()?;
-    let ca = common::tls::Ca::new("proxy test CA");
-    let (cert, key, _) = ca.leaf(dir.path(), "upstream", &["upstream.test"]);
-    let ca_file = ca.write(dir.path(), "upstream");
+    let authority = common::tls::Ca::new("proxy test CA");
+    let (cert, key, _) = authority.leaf(dir.path(), "upstream", &["upstream.test"]);
+    let ca_file = authority.write(dir.path(), "upstream");
     let site = common::site();
     let origin = Tern::start(&site.root, "auto", &common::tls::section(&cert, &key), &[]);
     let origin_addr = common::tls::https_addr(&origin);
@@ -1039,6 +1040,20 @@ fn an_https_upstream_is_verified() -> io::Result<()> {
             assert!(r.body == site.big, "{name}: big.bin differs");
         }
     }
+    // A client of tern's over HTTPS is said to be on HTTPS.
+    let go = Upstream::go()?;
+    let (front_cert, front_key, _) = authority.leaf(dir.path(), "front", &["localhost"]);
+    let sections = format!("{}\n{}", common::tls::section(&front_cert, &front_key), upstream("app", &[go.addr()], ""));
+    let (front, _front_root) = proxy(&sections, &location("/", "app"));
+    let (raw, _) = common::tls::exchange_until_close(
+        &common::tls::client(&authority),
+        common::tls::https_addr(&front),
+        b"GET /echo/tls HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(5),
+    );
+    let e = json(&common::parse_responses(&raw, &[false])[0].body);
+    assert_eq!(seen(&e, "x-forwarded-proto"), &serde_json::json!(["https"]));
+    assert_eq!(seen(&e, "forwarded"), &serde_json::json!(["for=127.0.0.1;host=localhost;proto=https"]));
     // Kept-alive sessions are reused.
     let mut c = Client::connect(tern.addr);
     for _ in 0..5 {
@@ -1101,5 +1116,83 @@ fn a_connection_not_made_in_time_goes_to_another_server() -> io::Result<()> {
         assert_eq!(r.status, 200, "after {:?}", start.elapsed());
     }
     assert_eq!(up.count("GET", "/echo/x"), 2);
+    Ok(())
+}
+
+#[test]
+fn weights_and_least_connections_choose_the_server() -> io::Result<()> {
+    let (a, b) = (Upstream::go()?, Upstream::go()?);
+    let weighted = format!(
+        "[upstream.app]\nservers = [{{ address = \"{}\", weight = 2 }}, {{ address = \"{}\" }}]\n",
+        a.addr(),
+        b.addr()
+    );
+    let (tern, _root) = proxy(&weighted, &location("/", "app"));
+    assert_eq!(statuses(&tern, "/echo/w", 9), [200; 9]);
+    assert_eq!((a.count("GET", "/echo/w"), b.count("GET", "/echo/w")), (6, 3));
+
+    // Least connections: while one server holds a slow request, the quick
+    // ones all go to the other.
+    let (tern, _root) = proxy_to(&[a.addr(), b.addr()], "balance = \"least-connections\"");
+    let slow = std::thread::spawn({
+        let addr = tern.addr;
+        move || common::get(addr, "/echo/slow?delay=1500ms", "").status
+    });
+    assert!(eventually(Duration::from_secs(3), || servers(&tern, "app").iter().any(|s| s["active"] == 1)));
+    let busy = usize::from(b.count("GET", "/echo/slow") == 1);
+    assert_eq!(statuses(&tern, "/echo/quick", 6), [200; 6]);
+    let quick = [a.count("GET", "/echo/quick"), b.count("GET", "/echo/quick")];
+    assert_eq!((quick[busy], quick[1 - busy]), (0, 6), "server {busy} is busy");
+    assert_eq!(slow.join().unwrap(), 200);
+    Ok(())
+}
+
+/// An HTTP/1.1 server on a Unix socket (Python's http.server handler on a
+/// `UnixStreamServer`), killed when dropped.
+struct UnixUpstream(std::process::Child);
+
+impl UnixUpstream {
+    fn start(socket: &std::path::Path) -> UnixUpstream {
+        let program = "import http.server, socketserver, sys\n\
+            class H(http.server.BaseHTTPRequestHandler):\n\
+            \x20   protocol_version = 'HTTP/1.1'\n\
+            \x20   def do_GET(self):\n\
+            \x20       body = ('unix %s %s' % (self.path, self.headers['Host'])).encode()\n\
+            \x20       self.send_response(200)\n\
+            \x20       self.send_header('Content-Length', str(len(body)))\n\
+            \x20       self.end_headers()\n\
+            \x20       self.wfile.write(body)\n\
+            \x20   def log_message(self, *args):\n\
+            \x20       pass\n\
+            class S(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):\n\
+            \x20   daemon_threads = True\n\
+            S(sys.argv[1], H).serve_forever()\n";
+        let child = Command::new("/usr/bin/python3").arg("-c").arg(program).arg(socket).spawn().unwrap();
+        assert!(eventually(Duration::from_secs(10), || std::os::unix::net::UnixStream::connect(socket).is_ok()));
+        UnixUpstream(child)
+    }
+}
+
+impl Drop for UnixUpstream {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_unix_socket_upstream() -> io::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let socket = dir.path().join("app.sock");
+    let _app = UnixUpstream::start(&socket);
+    let config = format!("[upstream.app]\nservers = [{{ address = \"unix:{}\" }}]\n", socket.display());
+    let (tern, _root) = proxy(&config, &location("/", "app"));
+    let mut c = Client::connect(tern.addr);
+    for i in 0..5 {
+        let (head, body) = c.get(&format!("/page/{i}?q"), "")?;
+        assert_eq!((head.status, body), (200, format!("unix /page/{i}?q proxy.test").into_bytes()));
+    }
+    let pool = pool(&tern, "app", 0);
+    assert_eq!((pool["connects"].as_u64(), pool["reused"].as_u64()), (Some(1), Some(4)), "{pool}");
     Ok(())
 }
