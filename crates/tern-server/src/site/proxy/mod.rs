@@ -2,8 +2,9 @@
 //! upstream group (`[upstream.NAME]`) of HTTP/1.1 servers. `config.rs` is
 //! the section, `group.rs` a group as it runs (servers, pools, timeouts),
 //! `balance.rs` which server, `health.rs` whether a server may be used,
-//! `headers.rs` the fields that cross, `response.rs` the upstream's
-//! response head read strictly, `exchange.rs` one request's exchange.
+//! `headers.rs` the fields that cross, `exchange.rs` one request's
+//! exchange (the upstream's response head read strictly by `tern-http`'s
+//! `response_head`). `docs/proxy.md` is the operator's account.
 
 pub mod balance;
 pub mod config;
