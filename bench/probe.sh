@@ -15,22 +15,29 @@
 # References (installed when missing):
 #   getppid            perf bench syscall basic; own C loop (crates/tern/tests/probe_refs/getppid.c)
 #   pipe round trip    taskset perf bench sched pipe -T (threads, like tern's peer thread);
-#                      own C loop (bench/probe/pipe.c), tern's rounds
+#                      own C loop (bench/probe/pipe.c), tern's rounds; and across CPUs, the
+#                      echo thread on OTHER_CPU (lmbench lat_pipe's two ends on two CPUs)
 #   fork+exit+wait     own C loop (bench/probe/fork.c)
 #   TCP round trip     own C ping-pong (crates/tern/tests/probe_refs/tcp_pingpong.c), 1 and 32 KiB,
-#                      echo in a thread as tern's peer is (and in a process, recorded beside)
+#                      echo in a thread as tern's peer is (and in a process, recorded beside);
+#                      1 KiB across CPUs, the echo thread on OTHER_CPU
+#   TCP connect+close  own C loop (crates/tern/tests/probe_refs/connect.c), lmbench lat_connect's
+#                      method: blocking connect + close, the listener accepts and closes; in a
+#                      process as lat_connect has it, and in a thread as tern's peer is
 #   TCP bandwidth      iperf3 on loopback, client and server on the same CPU
 #   warm 1 MiB reads   sysbench fileio seqrd, 1 MiB blocks of one 1 MiB file in the page cache
 #                      (tern's working set: the same cached 1 MiB file read again and again)
 #   fork, sized        the same C loop from a parent grown to tern's size (its note)
 #   command time       hyperfine -N: median(sh -c /bin/true) - median(sh -c ''), tern's
 #                      definition; hyperfine's own shell correction is recorded beside
-# Usage: bench/probe.sh            env: CPU=0 SAMPLES=11 ROUNDS=3 SKIP_BUILD=0
+# Usage: bench/probe.sh            env: CPU=0 OTHER_CPU=1 (0 when CPU is not 0: tern's pick, the
+#                                  first other CPU it may use) SAMPLES=11 ROUNDS=3 SKIP_BUILD=0
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib/common.sh
 source "$ROOT/bench/lib/common.sh"
 CPU=${CPU:-0}
+OTHER_CPU=${OTHER_CPU:-$((CPU == 0 ? 1 : 0))}
 SAMPLES=${SAMPLES:-11}
 ROUNDS=${ROUNDS:-3}
 
@@ -48,7 +55,7 @@ trap stop_all EXIT
 cat "$OUT/machine.txt" >&2
 
 pin() { taskset -c "$CPU" "$@"; }
-for c in getppid tcp_pingpong; do
+for c in getppid tcp_pingpong connect; do
     gcc -O2 -pthread -o "$OUT/$c" "$ROOT/crates/tern/tests/probe_refs/$c.c"
 done
 for c in fork pipe; do
@@ -101,6 +108,7 @@ print(*re.match(r"forked from this process: (\d+) KiB anonymous memory resident,
     tern_suite ipc
     ref perf_pipe_us "$(pin perf bench sched pipe -T -l 200000 2>&1 | awk '/usecs\/op/ {print $1}')"
     cref c_pipe_ns "$OUT/pipe" "$(iters ipc 'pipe round trip, 1 byte')" "$SAMPLES"
+    cref c_pipe_across_ns "$OUT/pipe" "$(iters ipc 'pipe round trip, 1 byte, across CPUs')" "$SAMPLES" "$OTHER_CPU"
     tern_suite net
     # tern's loopback peer is a thread: like for like, the C echo is a
     # thread too; with an echo process (address-space switches) it is
@@ -108,7 +116,9 @@ print(*re.match(r"forked from this process: (\d+) KiB anonymous memory resident,
     for peer in thread process; do
         cref "c_tcp_1k_${peer}_ns" "$OUT/tcp_pingpong" 1024 "$(iters net 'TCP round trip, 1 KiB')" "$SAMPLES" "$peer"
         cref "c_tcp_32k_${peer}_ns" "$OUT/tcp_pingpong" 32768 "$(iters net 'TCP round trip, 32 KiB')" "$SAMPLES" "$peer"
+        cref "c_connect_${peer}_ns" "$OUT/connect" "$(iters net 'TCP connect+close')" "$SAMPLES" "$peer"
     done
+    cref c_tcp_1k_across_ns "$OUT/tcp_pingpong" 1024 "$(iters net 'TCP round trip, 1 KiB, across CPUs')" "$SAMPLES" thread "$OTHER_CPU"
     port=$(free_port)
     pin iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
     BENCH_PIDS+=($!)
@@ -164,12 +174,19 @@ rows = [
     ("getppid (ns)", ns("syscalls", "getppid"), rf("c_getppid_ns_median"), ns("syscalls", "getppid", "min"), rf("c_getppid_ns_best"), f"own C loop, {same}"),
     ("pipe round trip (µs)", ns("ipc", "pipe round trip, 1 byte", scale=1e3), rf("perf_pipe_us"), None, None, "perf bench sched pipe -T (mean)"),
     ("pipe round trip (µs)", ns("ipc", "pipe round trip, 1 byte", scale=1e3), rf("c_pipe_ns_median", 1e-3), ns("ipc", "pipe round trip, 1 byte", "min", 1e3), rf("c_pipe_ns_best", 1e-3), f"own C loop, echo thread, {same}"),
+    ("pipe round trip across CPUs (µs)", ns("ipc", "pipe round trip, 1 byte, across CPUs", scale=1e3), rf("c_pipe_across_ns_median", 1e-3), ns("ipc", "pipe round trip, 1 byte, across CPUs", "min", 1e3), rf("c_pipe_across_ns_best", 1e-3), f"own C loop, echo thread on the other CPU, {same}"),
     ("fork+exit+wait (µs)", ns("processes", "fork+exit+wait", scale=1e3), rf("c_fork_ns_median", 1e-3), ns("processes", "fork+exit+wait", "min", 1e3), rf("c_fork_ns_best", 1e-3), f"own C loop, {same}, its own small parent"),
     ("fork+exit+wait (µs)", ns("processes", "fork+exit+wait", scale=1e3), rf("c_fork_sized_ns_median", 1e-3), ns("processes", "fork+exit+wait", "min", 1e3), rf("c_fork_sized_ns_best", 1e-3), f"own C loop, {same}, parent grown to tern's size ({refs['tern_footprint'][0]})"),
     *[(f"TCP round trip {label} (µs)", ns("net", f"TCP round trip, {label}", scale=1e3), rf(f"c_tcp_{key}_{peer}_ns_median", 1e-3),
        ns("net", f"TCP round trip, {label}", "min", 1e3), rf(f"c_tcp_{key}_{peer}_ns_best", 1e-3),
        f"own C ping-pong, {same}, echo in a {peer}" + ("" if peer == "thread" else " (unlike: tern's peer is a thread)"))
       for label, key in (("1 KiB", "1k"), ("32 KiB", "32k")) for peer in ("thread", "process")],
+    ("TCP round trip 1 KiB across CPUs (µs)", ns("net", "TCP round trip, 1 KiB, across CPUs", scale=1e3), rf("c_tcp_1k_across_ns_median", 1e-3),
+     ns("net", "TCP round trip, 1 KiB, across CPUs", "min", 1e3), rf("c_tcp_1k_across_ns_best", 1e-3), f"own C ping-pong, {same}, echo thread on the other CPU"),
+    *[("TCP connect+close (µs)", ns("net", "TCP connect+close", scale=1e3), rf(f"c_connect_{peer}_ns_median", 1e-3),
+       ns("net", "TCP connect+close", "min", 1e3), rf(f"c_connect_{peer}_ns_best", 1e-3),
+       f"own C connect+close loop (lat_connect's method), {same}, listener in a {peer}" + (" (lat_connect's)" if peer == "process" else " (tern's)"))
+      for peer in ("thread", "process")],
     ("TCP bandwidth (MB/s)", mbs("net", "TCP bandwidth, 128 KiB reads"), rf("iperf3_mbps"), None, None, "iperf3 -t 3, loopback (mean)"),
     ("warm read 1 MiB (MB/s)", mbs("disk", "read 1 MiB, warm"), rf("sysbench_read_mibs", 1.048576), None, None, "sysbench fileio seqrd, one cached 1 MiB file in 1 MiB blocks (mean)"),
     ("/bin/true, shell subtracted (ms)", ns("commands", "/bin/true", scale=1e6), rf("hyperfine_sh_true_less_sh_ms"), None, None, "hyperfine -N, 50 runs each: median(sh -c /bin/true) − median(sh -c '')"),

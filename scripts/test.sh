@@ -14,11 +14,12 @@ cd "$(dirname "$0")/.."
 # screenshots; openssl (s_client) checks the TLS versions, SNI and resumption;
 # fuse3 (fusermount3) and python3-fusepy mount the slow file system of the
 # slow-disk test; hyperfine is the reference the probe's command timing is
-# checked against; python3-websockets is the WebSocket echo server and client
-# of the proxy tests (their Go and Node upstreams use the machine's Go and
-# Node).
+# checked against; wrk drives the sites' reload under load, checking every
+# response with a script; python3-websockets is the WebSocket echo server and
+# client of the proxy tests (their Go and Node upstreams use the machine's Go
+# and Node).
 scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium \
-    fuse3 python3-fusepy hyperfine python3-websockets
+    fuse3 python3-fusepy hyperfine wrk python3-websockets
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test
@@ -37,7 +38,7 @@ for model in pool staged per-request; do
         --test static_files --test static_io --test corpus --test traversal --test hidden_files \
         --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings \
         --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst \
-        --test operations --test reload --test proxy
+        --test operations --test reload --test sites --test proxy
 done
 
 echo "all tests passed"

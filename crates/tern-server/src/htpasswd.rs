@@ -364,8 +364,9 @@ impl AuthCache {
         Some(name)
     }
 
-    /// Password hashes computed so far (the cache's misses), for metrics.
-    pub fn hashes(&self) -> u64 {
+    /// Password hashes computed so far (the cache's misses).
+    #[cfg(test)]
+    fn hashes(&self) -> u64 {
         self.hashes
     }
 }

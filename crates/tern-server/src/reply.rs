@@ -46,7 +46,8 @@ pub struct Params<'a> {
 #[derive(Debug, Default)]
 pub struct Dressing {
     /// Lowercased names of the fields removed from a handler's head: those
-    /// `remove`d, those `set`, and `Cache-Control`/`Expires` with an expiry.
+    /// `remove`d and those `set` (an expiry replaces `Cache-Control` and
+    /// `Expires` itself).
     pub removed: Vec<String>,
     /// Formatted `Name: value\r\n` lines appended (`set` and `add`).
     pub lines: Vec<u8>,
@@ -56,6 +57,11 @@ pub struct Dressing {
     pub pages: Vec<(u16, Box<str>, Arc<[u8]>)>,
 }
 
+/// `Cache-Control` or `Expires`: what an expiry replaces.
+fn is_expiry(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"cache-control") || name.eq_ignore_ascii_case(b"expires")
+}
+
 impl Dressing {
     /// Does it change nothing?
     pub fn is_empty(&self) -> bool {
@@ -63,14 +69,19 @@ impl Dressing {
     }
 
     /// Rewrites the header lines of `head` (from the end of its status line
-    /// on): removes the fields it removes, then appends its own.
-    fn apply(&self, head: &mut Vec<u8>, from: usize) {
-        if !self.removed.is_empty() {
+    /// on): removes the fields it removes, then appends its own. An expiry
+    /// dresses a response of `status` below 400 only (as nginx's
+    /// `expires`): a cache must not keep an error for an hour.
+    fn apply(&self, head: &mut Vec<u8>, from: usize, status: u16) {
+        let expires = self.expires.filter(|_| status < 400);
+        if !self.removed.is_empty() || expires.is_some() {
             let mut write = from;
             let mut read = from;
             while let Some(end) = head[read..].windows(2).position(|w| w == b"\r\n").map(|i| read + i + 2) {
                 let name = head[read..end].split(|&b| b == b':').next().unwrap_or_default();
-                let drop = self.removed.iter().any(|r| r.as_bytes().eq_ignore_ascii_case(name.trim_ascii()));
+                let name = name.trim_ascii();
+                let drop = (expires.is_some() && is_expiry(name))
+                    || self.removed.iter().any(|r| r.as_bytes().eq_ignore_ascii_case(name));
                 if !drop {
                     head.copy_within(read..end, write);
                     write += end - read;
@@ -81,7 +92,7 @@ impl Dressing {
             head.truncate(write + (head.len() - read));
         }
         head.extend_from_slice(&self.lines);
-        if let Some(age) = self.expires {
+        if let Some(age) = expires {
             head.extend_from_slice(b"Cache-Control: max-age=");
             head.extend_from_slice(itoa::Buffer::new().format(age).as_bytes());
             head.extend_from_slice(b"\r\n");
@@ -228,7 +239,7 @@ impl<'q> Reply<'q> {
 
     fn dress(&mut self) {
         if let Some(d) = self.dressing {
-            d.apply(&mut self.out.buf, self.fields_at);
+            d.apply(&mut self.out.buf, self.fields_at, self.status);
         }
     }
 

@@ -49,6 +49,16 @@ pub enum ResolveError {
     Unavailable(io::Error),
 }
 
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResolveError::NotFound => f.write_str("not found"),
+            ResolveError::Forbidden => f.write_str("forbidden"),
+            ResolveError::Unavailable(e) => write!(f, "unavailable: {e}"),
+        }
+    }
+}
+
 impl ResolveError {
     pub fn status(&self) -> u16 {
         match self {

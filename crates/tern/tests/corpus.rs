@@ -1,5 +1,7 @@
 //! Replays the shared HTTP/1.1 request corpus (`../shared/http1-corpus/`)
-//! against the real server, for each I/O method, and asserts every label.
+//! against the real server, for each I/O method, with the flat
+//! configuration and with several sites (`common::configs`), and asserts
+//! every label.
 //! Vectors that need a CGI (`__ECHO__`, CGI response headers) belong to the
 //! CGI tests.
 
@@ -77,15 +79,18 @@ fn verdict(expect: &str, codes: &[u16]) -> Option<bool> {
 const USERINFO_DEVIATION: &str = "llhttp/uri/225+host";
 
 #[test]
-fn corpus_labels_hold_for_every_io_method() {
+fn corpus_labels_hold_for_every_io_method_and_configuration() {
     let vectors = vectors();
     assert!(vectors.len() > 250, "corpus not found or truncated: {}", vectors.len());
     let site = common::site();
-    for io in IO_METHODS {
-        let mut tern = Tern::start(&site.root, io, "", &[]);
-        let addr = tern.addr;
-        replay(&vectors, io, |raw| exchange_until_close(addr, raw, Duration::from_secs(1)));
-        assert!(tern.alive(), "{io}: server died during the corpus");
+    for (config_name, config) in common::configs(&site.root) {
+        for io in IO_METHODS {
+            let mut tern = Tern::start(&site.root, io, &config, &[]);
+            let addr = tern.addr;
+            let name = format!("{config_name}, {io}");
+            replay(&vectors, &name, |raw| exchange_until_close(addr, raw, Duration::from_secs(1)));
+            assert!(tern.alive(), "{name}: server died during the corpus");
+        }
     }
 }
 

@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Output};
 
+use common::lab::{artifacts, attr, chromium, tags, texts, Dashboard};
 use common::{tern_bin, Tern};
 
 fn tern(args: &[&str], store: &Path) -> Output {
@@ -22,77 +21,6 @@ fn stored_id(out: &Output, store: &Path) -> i64 {
     let list = tern(&["lab", "list"], store);
     let text = String::from_utf8(list.stdout).unwrap();
     text.lines().nth(1).unwrap_or_else(|| panic!("{text}")).split_whitespace().next().unwrap().parse().unwrap()
-}
-
-/// `tern lab serve` on an ephemeral port, stopped when dropped.
-struct Dashboard {
-    child: Child,
-    base: String,
-}
-
-impl Dashboard {
-    fn start(store: &Path) -> Dashboard {
-        let mut child = Command::new(tern_bin())
-            .args(["lab", "serve", "--listen", "127.0.0.1:0", "--store"])
-            .arg(store)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let base = loop {
-            let line = lines.next().expect("tern lab serve exited before listening").unwrap();
-            if let Some(rest) = line.split("dashboard on ").nth(1) {
-                break rest.split(' ').next().unwrap().trim_end_matches('/').to_string();
-            }
-        };
-        std::thread::spawn(move || lines.for_each(drop));
-        Dashboard { child, base }
-    }
-
-    fn addr(&self) -> std::net::SocketAddr {
-        self.base.trim_start_matches("http://").parse().unwrap()
-    }
-}
-
-impl Drop for Dashboard {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The DOM after load, or a screenshot, in the dashboard's window size.
-fn chromium(url: &str, screenshot: Option<&Path>) -> String {
-    common::chromium::load(url, "1100,1400", screenshot)
-}
-
-/// The attributes of every `<NAME …>` tag in `html`.
-fn tags(html: &str, name: &str) -> Vec<Vec<(String, String)>> {
-    let open = format!("<{name} ");
-    html.split(&open)
-        .skip(1)
-        .map(|rest| {
-            let tag = &rest[..rest.find('>').unwrap()];
-            let mut attrs = Vec::new();
-            for part in tag.split('"').collect::<Vec<_>>().chunks(2) {
-                if let [key, value] = part {
-                    attrs.push((key.trim().trim_end_matches('=').to_string(), value.to_string()));
-                }
-            }
-            attrs
-        })
-        .collect()
-}
-
-fn attr<'a>(tag: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    tag.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 /// The figure of view `view` in `dom`: its text up to `</figure>`.
@@ -115,12 +43,6 @@ fn stored(store: &Path, id: i64, metric: &str) -> f64 {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let m = doc["runs"][0]["measurements"].as_array().unwrap().iter().find(|m| m["metric"] == metric).unwrap().clone();
     m["value"].as_f64().unwrap()
-}
-
-fn artifacts() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/lab-artifacts");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]
@@ -154,19 +76,25 @@ fn the_dashboard_and_the_report_show_the_stored_runs() {
     let listed: Vec<String> = tags(&dom, "tr").iter().filter_map(|t| attr(t, "data-run").map(str::to_string)).collect();
     assert_eq!(listed, vec![b.to_string()]);
 
-    // A bar chart across the two runs: one bar each, heights in the ratio of
-    // the stored values, the table holding exactly those values.
+    // A bar chart across the two runs: one bar each carrying its stored
+    // value, heights in their ratio (a linear axis from zero: the two are
+    // within a decade), the table holding exactly those values; the axes
+    // titled with the unit, ticks labelled.
     let dom = chromium(&format!("{}/chart?metric=requests_per_s&view=bar-run&run={a}&run={b}", dash.base), None);
     let fig = figure(&dom, "bar-run");
     assert_eq!(rows(fig), vec![(format!("#{a}"), rps_a), (format!("#{b}"), rps_b)]);
-    let bars: Vec<f64> = tags(fig, "rect")
+    let bars: Vec<(f64, f64)> = tags(fig, "rect")
         .iter()
-        .filter(|t| attr(t, "fill") == Some("#4682B4"))
-        .map(|t| attr(t, "height").unwrap().parse().unwrap())
+        .filter(|t| attr(t, "class") == Some("mark"))
+        .map(|t| (attr(t, "data-value").unwrap().parse().unwrap(), attr(t, "height").unwrap().parse().unwrap()))
         .collect();
-    assert_eq!(bars.len(), 2, "{fig}");
-    let expected = rps_a / rps_b;
-    assert!((bars[0] / bars[1] - expected).abs() < 0.02 * expected.max(1.0) + 2.0 / bars[1], "{bars:?} vs {expected}");
+    assert_eq!(bars.iter().map(|b| b.0).collect::<Vec<f64>>(), vec![rps_a, rps_b], "{fig}");
+    let (expected, drawn) = (rps_a / rps_b, bars[0].1 / bars[1].1);
+    assert!((drawn - expected).abs() < 0.02 * expected.max(1.0) + 2.0 / bars[1].1, "{bars:?} vs {expected}");
+    assert_eq!(texts(fig, "text", "class=\"axis-title\" data-axis=\"y\""), ["requests_per_s (req/s)"]);
+    assert_eq!(texts(fig, "text", "class=\"axis-title\" data-axis=\"x\""), ["run"]);
+    assert_eq!(texts(fig, "text", "data-axis=\"x\"").len(), 3, "two bars' labels and the title: {fig}");
+    assert!(texts(fig, "text", "class=\"tick\" data-axis=\"y\"").len() >= 3, "{fig}");
 
     // x-y against concurrency: the points at 1 and 4 connections.
     let dom = chromium(&format!("{}/chart?metric=requests_per_s&view=xy-concurrency", dash.base), None);
@@ -183,8 +111,15 @@ fn the_dashboard_and_the_report_show_the_stored_runs() {
     assert_eq!(rows(fig), vec![(format!("#{a}"), p99_a), (format!("#{b}"), p99_b)]);
     let marked = tags(fig, "tr").iter().filter(|t| attr(t, "class") == Some("regression")).count();
     assert_eq!(marked, usize::from(p99_b > 1.25 * p99_a));
-    let red = tags(fig, "rect").iter().filter(|t| attr(t, "fill") == Some("#D62728")).count();
-    assert_eq!(red, 1 + marked, "the legend's square and one per regression");
+    let squares = tags(fig, "rect")
+        .iter()
+        .filter(|t| {
+            attr(t, "class") == Some("mark") && attr(t, "data-series").is_some_and(|s| s.starts_with("regression"))
+        })
+        .count();
+    assert_eq!(squares, marked, "a square per regression");
+    let legend = texts(fig, "text", "class=\"legend-label\"");
+    assert_eq!(legend, ["value", "median of the previous runs", "regression (worse than 125% of that median)"]);
 
     // The percentile spectrum overlays both runs; its p50 and p99 are the
     // stored ones (the same histograms).
@@ -198,19 +133,14 @@ fn the_dashboard_and_the_report_show_the_stored_runs() {
     }
 
     // Screenshots for CI: the run list and a chart.
-    let shots = artifacts();
     for (name, path) in
         [("lab-dashboard.png", "/".to_string()), ("lab-chart.png", format!("/spectrum?run={a}&run={b}"))]
     {
-        let png = shots.join(name);
-        let _ = std::fs::remove_file(&png);
-        chromium(&format!("{}{path}", dash.base), Some(&png));
-        let bytes = std::fs::read(&png).unwrap();
-        assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{name}: {} bytes", bytes.len());
+        common::lab::screenshot(&format!("{}{path}", dash.base), name, 1400);
     }
 
     // The report: one file, nothing fetched, the same values from file://.
-    let report = shots.join("lab-report.html");
+    let report = artifacts().join("lab-report.html");
     let out = tern(&["lab", "report", &a.to_string(), &b.to_string(), "-o", report.to_str().unwrap()], &store);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     drop(dash);

@@ -16,20 +16,25 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Runs a comparison with a reference up to three times and passes when one
-/// attempt agrees: a burst of outside load on a shared machine can hit one
-/// side of one attempt, while a systematic error fails all three. Returns
-/// the ratios seen, for the failure message.
+/// attempt agrees, or when the best figures of each side over the attempts
+/// agree: a burst of outside load on a shared machine can hit one side of one
+/// attempt (or, on two CPUs, land a wake-up across CPUs on one side and not
+/// the other), while a systematic error fails all three either way. The
+/// failure message lists the ratios seen.
 fn agrees(range: std::ops::RangeInclusive<f64>, mut attempt: impl FnMut() -> (f64, f64)) {
     let mut seen = Vec::new();
+    let (mut best_ours, mut best_reference) = (f64::INFINITY, f64::INFINITY);
     for _ in 0..3 {
         let (ours, reference) = attempt();
         let ratio = ours / reference;
         if range.contains(&ratio) {
             return;
         }
+        (best_ours, best_reference) = (best_ours.min(ours), best_reference.min(reference));
         seen.push(format!("tern {ours:.1} vs reference {reference:.1} (ratio {ratio:.2})"));
     }
-    panic!("no attempt within {range:?}: {}", seen.join("; "));
+    let best = best_ours / best_reference;
+    assert!(range.contains(&best), "no attempt within {range:?}, nor the bests ({best:.2}): {}", seen.join("; "));
 }
 
 fn tern_probe(args: &[&str]) -> Value {
@@ -213,6 +218,26 @@ fn tcp_round_trip_agrees_with_a_c_ping_pong() {
         let cpu = r["pinned_cpu"].as_u64().unwrap().to_string();
         let ours = figure(&r, "net", "TCP round trip, 1 KiB")["corrected_ns"]["min"].as_f64().unwrap();
         (ours, best_of(Command::new("taskset").args(["-c", &cpu]).arg(&ping).arg("1024")))
+    });
+}
+
+/// TCP connect+close against lmbench lat_connect's method in C compiled
+/// here (a blocking connect and a close; the listener, a thread as tern's
+/// is, accepts and closes), on the same CPU, best against best. The figure
+/// once read milliseconds: its connects overflowed a listener that started
+/// a thread per connection, and each dropped SYN came back a second later.
+/// Tolerance ±40%: every other test's TIME_WAIT sockets lengthen both
+/// sides' search for a port.
+#[test]
+fn tcp_connect_agrees_with_a_c_loop() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let c_loop = compile(dir.path(), "connect");
+    agrees(0.6..=1.4, || {
+        let r = tern_probe(&["net", "--json", "--samples", "7", "--interval", "2ms"]);
+        let cpu = r["pinned_cpu"].as_u64().unwrap().to_string();
+        let ours = figure(&r, "net", "TCP connect+close")["corrected_ns"]["min"].as_f64().unwrap();
+        (ours, best_of(Command::new("taskset").args(["-c", &cpu]).arg(&c_loop).args(["100", "7", "thread"])))
     });
 }
 

@@ -79,7 +79,7 @@ pub(super) fn burst(
         }
         let bytes = if report.successes == 0 { 0.0 } else { report.body_bytes as f64 / report.successes as f64 };
         let gain = 1.0 - bytes / identity;
-        let subject = format!("burst {mode}");
+        let subject = format!("{mode}, cold burst");
         let mut ms = record::load_measurements(&report, &subject, env);
         ms.retain(|m| {
             ["requests_per_s", "latency_mean", "latency_p50", "latency_p99", "latency_max", "errors"]

@@ -56,7 +56,9 @@ pub(super) fn e4(quick: bool, interrupt: &AtomicBool, env: &Environment) -> anyh
                     identity = bytes;
                 }
                 let gain = if identity > 0.0 { 1.0 - bytes / identity } else { 0.0 };
-                let mut ms = record::load_measurements(&report, coding, env);
+                let plural = if connections == 1 { "" } else { "s" };
+                let subject = format!("{coding}, {s} B page, {connections} connection{plural}");
+                let mut ms = record::load_measurements(&report, &subject, env);
                 ms.retain(|m| ["requests_per_s", "latency_mean", "latency_p99"].contains(&m.metric.as_str()));
                 measurements.extend(on_the_wire(ms, bytes, gain, Some(s as u64)));
                 table.0.push(compression_row(s.to_string(), coding, connections, bytes, gain, &report));

@@ -4,7 +4,9 @@
 //! tern (a `[fastcgi.backends]` entry, a pool of 4 kept-alive connections),
 //! with the mmap/read ratio per size for both. As `bench/fastcgi.sh e2`:
 //! a fixed number of requests per workload, several runs, the median run
-//! kept.
+//! kept, with the quartiles of the runs' requests/s beside it (the noise
+//! the dashboard judges a lead against). tern's own three methods
+//! were E1 once; they are measured here, beside the study's server.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -16,9 +18,10 @@ use anyhow::{bail, Context};
 use tern_lab::load::{self, Options, RequestSpec, Stop, Url};
 use tern_lab::probe::env::Environment;
 use tern_lab::probe::figure::Better;
+use tern_lab::probe::suites::ipc::size_label;
 use tern_lab::store::{record, Measurement};
 
-use super::outcome::{sized, Outcome, Table};
+use super::outcome::{Outcome, Table};
 use super::setup::{gateway_program, Scratch};
 use super::workload::{drive, QUIET_LOG};
 use crate::content::pattern;
@@ -118,6 +121,7 @@ pub(super) fn e2(
     'subjects: for (i, subject) in SUBJECTS.into_iter().enumerate() {
         let name = format!("{} {}", subject.0, subject.1);
         let (served, _files) = start(&dir.0, subject, gateway)?;
+        let label = |s: u64| format!("{name}, {}", size_label(s as usize));
         for &s in sizes {
             let url = format!("http://{}/fs/f{s}.bin", served.addr);
             let spec = [RequestSpec::new("GET", Url::parse(&url)?)];
@@ -144,8 +148,14 @@ pub(super) fn e2(
             }
             reports.sort_by(|a, b| a.requests_per_s.total_cmp(&b.requests_per_s));
             let median = &reports[runs / 2];
-            let mut ms = record::load_measurements(median, &name, env);
+            let mut ms = record::load_measurements(median, &label(s), env);
             ms.retain(|m| ["requests_per_s", "transfer_per_s", "latency_p99"].contains(&m.metric.as_str()));
+            // The runs' quartiles, beside the median's requests/s.
+            let of_median = ms[0].clone();
+            for (suffix, report) in [("_q1", &reports[runs / 4]), ("_q3", &reports[3 * runs / 4])] {
+                let metric = format!("requests_per_s{suffix}");
+                ms.push(Measurement { metric, value: report.requests_per_s, ..of_median.clone() });
+            }
             measurements.extend(ms);
             rps.insert((i, s), median.requests_per_s);
         }
@@ -171,11 +181,11 @@ pub(super) fn e2(
         };
         let (fcgi, tern) = (ratio("fcgi-files"), ratio("tern"));
         let r = |i: usize| shown(rate(i, s), 0);
-        table.0.push(vec![sized(s), r(0), r(1), shown(fcgi, 2), r(2), r(3), r(4), shown(tern, 2)]);
+        table.0.push(vec![size_label(s as usize), r(0), r(1), shown(fcgi, 2), r(2), r(3), r(4), shown(tern, 2)]);
         for (family, ratio) in [("fcgi-files", fcgi), ("tern", tern)] {
             let Some(value) = ratio else { continue };
             measurements.push(Measurement {
-                subject: family.into(),
+                subject: format!("{family}, {}", size_label(s as usize)),
                 metric: "mmap_read_ratio".into(),
                 value,
                 unit: "x".into(),

@@ -3,26 +3,34 @@
 //! it with the load generator, stores the whole experiment as one run (one
 //! measurement per workload) and prints its table.
 //!
-//! E1 (`static_io.rs`) static I/O methods by file size; E2 (`file_io.rs`)
-//! the same methods against the gateway's FastCGI file server in its mmap
-//! and read modes; E3 (`models.rs`) the concurrency models by CGI share
-//! and CPU count, their saturation points from open-loop steps; E4
-//! (`compression.rs`, `burst.rs`, `coding.rs`) compression by page size and
-//! coding, then a cold burst; E5 (`probes.rs`) the OS probes. What they
-//! share: `outcome.rs` (what one measured, its table), `workload.rs` (how
-//! it loads a server), `setup.rs` (scratch directory, the gateway's
-//! programs). E2 and E3 run the gateway's C programs (`make -C gateway`),
-//! found beside this binary's repository or in `--gateway DIR`.
+//! E1 (`cgi_output.rs`) the C gateway's output disciplines and file
+//! methods, by gwbench; E2 (`file_io.rs`) tern's static I/O methods
+//! (sendfile, mmap, read) beside the gateway's FastCGI file server in its
+//! mmap and read modes, by file size; E3 (`models.rs`) the concurrency
+//! models by CGI share and CPU count, their saturation points from
+//! open-loop steps; E4 (`compression.rs`, `burst.rs`, `coding.rs`)
+//! compression by page size and coding, then a cold burst; E5
+//! (`probes.rs`, `references.rs`) the OS probes, beside the reference tools
+//! this host has. What they share: `outcome.rs` (what one
+//! measured, its table), `workload.rs` (how it loads a server), `setup.rs`
+//! (scratch directory, the gateway's programs). E1, E2 and E3 run the
+//! gateway's C programs (`make -C gateway`), found beside this binary's
+//! repository or in `--gateway DIR`.
+//!
+//! A measurement's subject names every dimension that varies, the series
+//! first (`event, 1 CPU, CGI 0 %`): the dashboard draws each experiment's
+//! figure from them.
 
 mod burst;
+mod cgi_output;
 mod coding;
 mod compression;
 mod file_io;
 mod models;
 mod outcome;
 mod probes;
+mod references;
 mod setup;
-mod static_io;
 mod workload;
 
 use std::path::Path;
@@ -34,6 +42,9 @@ use tern_lab::probe::env::Environment;
 use tern_lab::store::{self, record, Recording, RunData, Status};
 
 use outcome::Outcome;
+
+/// Where `tern lab serve` listens by default: a run's page is under it.
+pub const DASHBOARD: &str = "http://127.0.0.1:8686";
 
 /// The experiments, as `tern lab run` names them.
 pub const NAMES: [&str; 5] = ["e1", "e2", "e3", "e4", "e5"];
@@ -73,7 +84,7 @@ fn run_data(
 }
 
 /// Runs experiment `name` (one of [`NAMES`]), prints its table and stores
-/// it; `gateway` is where the gateway's programs are (E2, E3), `agents`
+/// it; `gateway` is where the gateway's programs are (E1, E2, E3), `agents`
 /// the hosts E5 also probes, each stored as a run of its own.
 pub fn run(
     name: &str,
@@ -88,7 +99,7 @@ pub fn run(
     let mut remote = Vec::new();
     let mut failures = Vec::new();
     let (outcome, result, env) = match name {
-        "e1" => (static_io::e1(quick, &interrupt, &env)?, serde_json::Value::Null, env),
+        "e1" => (cgi_output::e1(quick, gateway, &env)?, serde_json::Value::Null, env),
         "e2" => (file_io::e2(quick, gateway, &interrupt, &env)?, serde_json::Value::Null, env),
         "e3" => (models::e3(quick, gateway, &interrupt, &env)?, serde_json::Value::Null, env),
         "e4" => (compression::e4(quick, &interrupt, &env)?, serde_json::Value::Null, env),
@@ -108,7 +119,7 @@ pub fn run(
     }
     let ctx = record::Context::here(recording.label.clone(), started);
     if let Some(id) = recording.save(&run_data(name, quick, &outcome, env, result, &ctx)) {
-        println!("stored as run {id}; chart it with `tern lab serve` (http://127.0.0.1:8686/chart?run={id})");
+        println!("stored as run {id}; its page: {DASHBOARD}/run/{id} (`tern lab serve`)");
     }
     // Each agent's suites as a run of its own host, so the dashboard
     // charts the hosts side by side.

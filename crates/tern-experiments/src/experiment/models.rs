@@ -101,7 +101,8 @@ struct Step {
     fraction: f64,
     rate: f64,
     throughput: f64,
-    /// From the intended send time.
+    /// From the intended send time: the median and the 99th percentile.
+    p50_us: u64,
     p99_us: u64,
     failed: u64,
 }
@@ -113,6 +114,7 @@ impl Step {
             fraction,
             rate,
             throughput: report.requests_per_s,
+            p50_us: latency.p50_us,
             p99_us: latency.p99_us,
             failed: report.errors.total(),
         }
@@ -179,7 +181,7 @@ pub(super) fn e3(
             let served = Served::start(&www, &config, &["--model", model.name(), "--cpus", &server_cpus])?;
             for &share in shares {
                 let specs = mix(&served.addr, share)?;
-                let subject = format!("{} cgi{share}%", model.name());
+                let subject = format!("{}, {n} CPU{}, CGI {share} %", model.name(), if n > 1 { "s" } else { "" });
                 let closed = Options {
                     connections: CONNECTIONS,
                     threads: 2,
@@ -236,6 +238,7 @@ pub(super) fn e3(
                     let at = format!("@{}x", s.fraction);
                     measurements.push(m(format!("rate{at}"), s.rate, "req/s", Better::Higher));
                     measurements.push(m(format!("requests_per_s{at}"), s.throughput, "req/s", Better::Higher));
+                    measurements.push(m(format!("latency_p50{at}"), s.p50_us as f64, "us", Better::Lower));
                     measurements.push(m(format!("latency_p99{at}"), s.p99_us as f64, "us", Better::Lower));
                     measurements.push(m(format!("failed{at}"), s.failed as f64, "count", Better::Lower));
                 }

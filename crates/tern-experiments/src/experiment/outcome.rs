@@ -27,12 +27,3 @@ impl Table {
         }
     }
 }
-
-/// A size as the tables show it: `4KiB`, `1MiB`, `100B`.
-pub(super) fn sized(bytes: u64) -> String {
-    match bytes {
-        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}MiB", b >> 20),
-        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}KiB", b >> 10),
-        b => format!("{b}B"),
-    }
-}

@@ -313,6 +313,7 @@ impl PeerLease {
         Ok(PeerLease {
             addrs: PeerAddrs {
                 tcp_echo: at(ports.tcp_echo),
+                tcp_accept: at(ports.tcp_accept),
                 udp_echo: at(ports.udp_echo),
                 tcp_source: at(ports.tcp_source),
             },

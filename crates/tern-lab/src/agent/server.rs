@@ -128,6 +128,7 @@ impl Agent for Service {
             tcp_echo: a.tcp_echo.port().into(),
             udp_echo: a.udp_echo.port().into(),
             tcp_source: a.tcp_source.port().into(),
+            tcp_accept: a.tcp_accept.port().into(),
         };
         tx.send(Ok(ports)).await.map_err(|_| Status::cancelled("the caller left"))?;
         // The peer lives until the caller ends the call (its stream is

@@ -199,6 +199,16 @@ pub fn spectrum_x(p: f64) -> f64 {
     (1.0 / (1.0 - p)).log10()
 }
 
+/// The spectrum's x labels at whole decades: 0%, 90%, 99%, 99.9% …
+pub fn percentile_label(x: f64) -> String {
+    match x.round() as i32 {
+        _ if (x - x.round()).abs() > 0.01 => String::new(),
+        0 => "0%".into(),
+        1 => "90%".into(),
+        k => format!("{:.*}%", (k - 2).max(0) as usize, 100.0 * (1.0 - 10f64.powi(-k))),
+    }
+}
+
 /// The percentiles a spectrum's table names.
 pub const NAMED: [(f64, &str); 4] = [(0.5, "p50"), (0.9, "p90"), (0.99, "p99"), (0.999, "p99.9")];
 
@@ -286,5 +296,7 @@ mod tests {
         assert!((spectrum_x(0.9) - 1.0).abs() < 1e-9);
         assert!((spectrum_x(0.999) - 3.0).abs() < 1e-9);
         assert_eq!(spectrum_x(0.0), 0.0);
+        assert_eq!(percentile_label(3.0), "99.9%");
+        assert_eq!(percentile_label(2.0), "99%");
     }
 }

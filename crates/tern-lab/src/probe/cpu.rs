@@ -45,6 +45,12 @@ impl Affinity {
         }
     }
 
+    /// The first of these CPUs that is not `cpu`.
+    pub fn other_than(&self, cpu: usize) -> Option<usize> {
+        // SAFETY: CPU_ISSET reads within the set for numbers below CPU_SETSIZE.
+        (0..libc::CPU_SETSIZE as usize).find(|&c| c != cpu && unsafe { libc::CPU_ISSET(c, &self.0) })
+    }
+
     /// Gives the calling thread these CPUs again.
     pub fn restore(&self) -> io::Result<()> {
         // SAFETY: a set of the size given, filled by sched_getaffinity.

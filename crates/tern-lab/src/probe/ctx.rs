@@ -65,6 +65,10 @@ impl Options {
 pub struct Ctx<'a> {
     pub opts: &'a Options,
     pub sampling: Sampling,
+    /// A CPU other than the pinned one this process may use, for the round
+    /// trips whose two ends run on different CPUs (none when not pinned, or
+    /// with one CPU).
+    pub other_cpu: Option<usize>,
     pub(super) progress: Option<&'a indicatif::ProgressBar>,
     pub(super) suite: &'static str,
 }

@@ -52,7 +52,7 @@ pub fn run(
     measure: impl Fn(Suite, &Ctx) -> io::Result<Outcome>,
 ) -> io::Result<ProbeReport> {
     let affinity = cpu::Affinity::current()?;
-    let report = run_here(suites, opts, measure);
+    let report = run_here(suites, opts, &affinity, measure);
     affinity.restore()?;
     report
 }
@@ -60,6 +60,7 @@ pub fn run(
 fn run_here(
     suites: &[Suite],
     opts: &Options,
+    affinity: &cpu::Affinity,
     measure: impl Fn(Suite, &Ctx) -> io::Result<Outcome>,
 ) -> io::Result<ProbeReport> {
     // Before pinning, which narrows the CPUs this process may use.
@@ -70,6 +71,7 @@ fn run_here(
         Pin::None => None,
     };
     environment.governor = cpu::governor(pinned.unwrap_or(0));
+    let other_cpu = pinned.and_then(|p| affinity.other_than(p));
     let overhead = Overhead::measure(opts.samples);
     let sampling = Sampling { samples: opts.samples.max(1), target_ns: opts.interval.as_nanos() as u64, overhead };
     let bar = opts.progress.then(|| {
@@ -80,7 +82,7 @@ fn run_here(
     let mut results = Vec::new();
     let mut rpc_null_ns = None;
     for &suite in suites {
-        let ctx = Ctx { opts, sampling, progress: bar.as_ref(), suite: suite.name() };
+        let ctx = Ctx { opts, sampling, other_cpu, progress: bar.as_ref(), suite: suite.name() };
         let started = std::time::Instant::now();
         let outcome =
             measure(suite, &ctx).map_err(|e| io::Error::new(e.kind(), format!("suite {}: {e}", suite.name())))?;

@@ -18,8 +18,9 @@ pub fn run(ctx: &Ctx, remote: &Remote) -> io::Result<Outcome> {
     let figures = run_against(ctx, &lease.addrs)?;
     let a = lease.addrs;
     let note = format!(
-        "from this host to a peer on agent {}: TCP echo {}, UDP echo {}, TCP source {} (stopped at the end)",
-        remote.addr, a.tcp_echo, a.udp_echo, a.tcp_source
+        "from this host to a peer on agent {}: TCP echo {}, UDP echo {}, TCP source {}, TCP accept {} (stopped at \
+         the end)",
+        remote.addr, a.tcp_echo, a.udp_echo, a.tcp_source, a.tcp_accept
     );
     Ok(Outcome { figures, notes: vec![note], rpc_null_ns: None })
 }

@@ -152,7 +152,8 @@ pub struct LocationSettings {
     pub headers: Option<Headers>,
     /// How long a response may be cached: `Expires` and `Cache-Control:
     /// max-age` (replacing the response's own `Cache-Control`), e.g.
-    /// `"1h"`; `0` for none. Default 0.
+    /// `"1h"`, on responses below 400 (a cache must not keep an error);
+    /// `0` for none. Default 0.
     pub expires: Option<Seconds>,
     /// HTTP Basic authentication against an htpasswd file; `htpasswd = ""`
     /// turns off one inherited from the site. Default: none.

@@ -67,7 +67,8 @@ impl Table<'_> {
             Ok(n) => n,
             Err(e) => return Route::answer(notes, format!("400: the path is refused ({})", e.0)),
         };
-        notes.push(format!("the path, decoded and normalised: /{}", String::from_utf8_lossy(&rel)));
+        let slash = if norm.trailing_slash && !rel.is_empty() { "/" } else { "" };
+        notes.push(format!("the path, decoded and normalised: /{}{slash}", String::from_utf8_lossy(&rel)));
         let loc = match site.index.find(&rel, norm.trailing_slash, &mut Vec::new(), &mut notes) {
             Some(i) => &site.locations[i],
             None => &site.base,
@@ -153,26 +154,39 @@ fn files(site: &Site, loc: &Location, mut rel: Vec<u8>, mut slash: bool, notes: 
                     String::from_utf8_lossy(root)
                 );
             }
-            Some(Err(e)) => return format!("{}: the FastCGI script is not there ({e:?})", e.status()),
+            Some(Err(e)) => return format!("{}: the FastCGI script is not there ({e})", e.status()),
             None => {}
         }
     }
     match site.cgi.locate(&dir.root, &rel) {
         Some(Ok(_)) if !loc.cgi => return "403: a CGI program, and programs may not run here (cgi = false)".into(),
-        Some(Ok(_)) => {
-            return format!("a CGI program, run from {}", dir.path.display());
+        Some(Ok(script)) => {
+            let (name, interpreter) = script.program(&rel);
+            let by = interpreter.map_or(String::new(), |i| format!(" by {}", i.display()));
+            return format!(
+                "the CGI program {}/{}, run{by} in {}",
+                dir.path.display(),
+                String::from_utf8_lossy(name),
+                dir.path.display()
+            );
         }
-        Some(Err(e)) => return format!("{}: under a CGI directory, but no program ({e:?})", e.status()),
+        Some(Err(e)) => return format!("{}: under a CGI directory, but no program ({e})", e.status()),
         None => {}
     }
-    let shown = format!("{}/{}", dir.path.display(), String::from_utf8_lossy(&rel));
+    // The directory itself is shown without a `/` of its own: the index
+    // file's name is joined to it.
+    let shown = if rel.is_empty() {
+        dir.path.display().to_string()
+    } else {
+        format!("{}/{}", dir.path.display(), String::from_utf8_lossy(&rel))
+    };
     match dir.root.find(&rel, slash, &mut Vec::new()) {
         Ok(Found::File { index: None, .. }) => format!("200: the file {shown}"),
         Ok(Found::File { index: Some(i), .. }) => format!("200: the index file {shown}/{}", dir.root.index_name(i)),
         Ok(Found::DirectoryWithoutSlash) => "301: a directory, redirected to its path with a `/`".into(),
         Ok(Found::DirectoryWithoutIndex) if dir.list => format!("200: a listing of the directory {shown}"),
         Ok(Found::DirectoryWithoutIndex) => format!("403: the directory {shown} has no index file"),
-        Err(e) => format!("{}: {shown} ({e:?})", e.status()),
+        Err(e) => format!("{}: {shown} ({e})", e.status()),
     }
 }
 

@@ -243,9 +243,6 @@ impl Build<'_> {
         pages: Option<&BTreeMap<String, String>>,
     ) -> Result<Dressing, String> {
         let mut d = Dressing { expires: expires.filter(|&s| s > 0), ..Dressing::default() };
-        if d.expires.is_some() {
-            d.removed.extend(["cache-control".to_string(), "expires".to_string()]);
-        }
         if let Some(h) = headers {
             for name in h.remove.iter().chain(h.set.keys()) {
                 d.removed.push(field_name(name)?.to_ascii_lowercase());

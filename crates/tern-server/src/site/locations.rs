@@ -59,20 +59,18 @@ pub struct Locations {
 
 impl Locations {
     /// Indexes `patterns` (location `i` is `patterns[i]`). A location no
-    /// request can reach is an error naming it: a path written twice, a
-    /// path that is not in normal form (`//`, `.`, `..`, no leading `/`:
-    /// no normalised request path has them), and every location behind a
-    /// regex that matches any path.
-    pub fn new(patterns: &[Pattern]) -> Result<Locations, String> {
+    /// request can reach is an error: its number (from 0), for the caller
+    /// to name its line, and why — a path written twice, a path that is
+    /// not in normal form (`//`, `.`, `..`, no leading `/`: no normalised
+    /// request path has them), or a place behind a regex that matches any
+    /// path.
+    pub fn new(patterns: &[Pattern]) -> Result<Locations, (usize, String)> {
         let mut locs = Locations { described: patterns.iter().map(Pattern::describe).collect(), ..Default::default() };
         let mut catch_all: Option<usize> = None;
         for (i, pattern) in patterns.iter().enumerate() {
-            let shadowed = |by: usize| {
-                format!("location {} ({}) can never be reached: {}", i + 1, locs.described[i], locs.reason_after(by))
-            };
             match pattern {
                 Pattern::Exact(path) => {
-                    let rel = relative(path)?;
+                    let rel = relative(path).map_err(|why| locs.never(i, why))?;
                     let (key, dir) = match rel.strip_suffix(b"/") {
                         Some(key) => (key, 1),
                         None => (rel, 0),
@@ -82,7 +80,7 @@ impl Locations {
                     }
                 }
                 Pattern::Prefix { prefix, skip_regex } => {
-                    let rel = relative(prefix)?;
+                    let rel = relative(prefix).map_err(|why| locs.never(i, why))?;
                     if let Some(&(_, first, _)) = locs.prefixes.iter().find(|(p, _, _)| **p == *rel) {
                         return Err(locs.twice(first, i));
                     }
@@ -90,7 +88,7 @@ impl Locations {
                 }
                 Pattern::Regex(re) => {
                     if let Some(by) = catch_all {
-                        return Err(shadowed(by));
+                        return Err(locs.never(i, locs.reason_after(by)));
                     }
                     if let Some(&(_, first)) = locs.regexes.iter().find(|(r, _)| r.as_str() == re.as_str()) {
                         return Err(locs.twice(first, i));
@@ -104,12 +102,7 @@ impl Locations {
         }
         if let Some(by) = catch_all {
             if let Some(&(_, i, _)) = locs.prefixes.iter().find(|(_, _, skip)| !skip) {
-                return Err(format!(
-                    "location {} ({}) can never be reached: {}",
-                    i + 1,
-                    locs.described[i],
-                    locs.reason_after(by)
-                ));
+                return Err(locs.never(i, locs.reason_after(by)));
             }
         }
         // Longest first; a stable sort keeps equal lengths in file order.
@@ -117,13 +110,13 @@ impl Locations {
         Ok(locs)
     }
 
-    fn twice(&self, first: usize, again: usize) -> String {
-        format!(
-            "location {} ({}) can never be reached: location {} has the same path",
-            again + 1,
-            self.described[again],
-            first + 1
-        )
+    /// Location `i` cannot be reached, `why`.
+    fn never(&self, i: usize, why: String) -> (usize, String) {
+        (i, format!("{} can never be reached: {why}", self.described[i]))
+    }
+
+    fn twice(&self, first: usize, again: usize) -> (usize, String) {
+        self.never(again, format!("location {} has the same path", first + 1))
     }
 
     fn reason_after(&self, by: usize) -> String {
@@ -196,7 +189,7 @@ fn starts_with(rel: &[u8], slash: bool, prefix: &[u8]) -> bool {
 }
 
 /// A configured path without its leading `/`, if it is in the normal form
-/// request paths are compared in.
+/// request paths are compared in; else why no request path is ever it.
 fn relative(path: &str) -> Result<&[u8], String> {
     let mut normal = Vec::new();
     let form = tern_http::path::normalize(path, &mut normal);
@@ -204,9 +197,9 @@ fn relative(path: &str) -> Result<&[u8], String> {
     let rel = &path.as_bytes()[1.min(path.len())..];
     let same = form.is_ok() && (if dir { &rel[..rel.len() - 1] } else { rel }) == normal.as_slice();
     if !same || path.contains("/./") || path.ends_with("/.") {
-        return Err(format!(
-            "location path `{path}` can never be reached: a request path is compared decoded and normalised (a leading `/`, no `//`, `.` or `..` segments)"
-        ));
+        return Err(
+            "a request path is compared decoded and normalised (a leading `/`, no `//`, `.` or `..` segments)".into()
+        );
     }
     Ok(rel)
 }
@@ -281,28 +274,22 @@ mod tests {
     #[test]
     fn unreachable_locations_are_refused() {
         let err = |p: &[Pattern]| Locations::new(p).unwrap_err();
-        assert_eq!(
-            err(&[prefix("/a"), prefix("/a")]),
-            "location 2 (prefix `/a`) can never be reached: location 1 has the same path"
-        );
-        assert_eq!(
-            err(&[Pattern::Exact("/a".into()), Pattern::Exact("/a".into())]),
-            "location 2 (exact `/a`) can never be reached: location 1 has the same path"
-        );
-        assert_eq!(
-            err(&[regex("x"), regex("x")]),
-            "location 2 (regex `x`) can never be reached: location 1 has the same path"
-        );
+        let same = |i, d: &str| (i, format!("{d} can never be reached: location 1 has the same path"));
+        assert_eq!(err(&[prefix("/a"), prefix("/a")]), same(1, "prefix `/a`"));
+        assert_eq!(err(&[Pattern::Exact("/a".into()), Pattern::Exact("/a".into())]), same(1, "exact `/a`"));
+        assert_eq!(err(&[regex("x"), regex("x")]), same(1, "regex `x`"));
         assert_eq!(
             err(&[regex(".*"), regex("x")]),
-            "location 2 (regex `x`) can never be reached: location 1 (regex `.*`) matches every path first"
+            (1, "regex `x` can never be reached: location 1 (regex `.*`) matches every path first".into())
         );
         assert_eq!(
             err(&[prefix("/a/"), regex("^/")]),
-            "location 1 (prefix `/a/`) can never be reached: location 2 (regex `^/`) matches every path first"
+            (0, "prefix `/a/` can never be reached: location 2 (regex `^/`) matches every path first".into())
         );
         for bad in ["a", "//a", "/a//b", "/a/./b", "/a/../b", "/a/."] {
-            assert!(err(&[prefix(bad)]).starts_with(&format!("location path `{bad}` can never be reached")), "{bad}");
+            let (i, e) = err(&[prefix("/ok"), prefix(bad)]);
+            assert_eq!(i, 1);
+            assert!(e.starts_with(&format!("prefix `{bad}` can never be reached: a request path is")), "{bad}: {e}");
         }
         // A prefix that skips regexes stays reachable behind a catch-all.
         Locations::new(&[regex("^/"), Pattern::Prefix { prefix: "/a/".into(), skip_regex: true }]).unwrap();

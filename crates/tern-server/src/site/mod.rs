@@ -272,7 +272,8 @@ fn build(
         static_files,
         cgi: cgi::Settings::new(&sections.cgi),
         hidden: hidden::Rule::new(&sections.static_files),
-        index: Locations::new(&patterns)?,
+        index: Locations::new(&patterns)
+            .map_err(|(i, e)| format!("location {} (line {}): {e}", i + 1, sc.locations[i].line))?,
         locations,
         base,
     })

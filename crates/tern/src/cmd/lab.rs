@@ -27,13 +27,13 @@ Examples:
   tern lab export 12 13 --format csv -o runs.csv
   tern lab export 12 13 -o runs.json && tern lab import runs.json --store other.sqlite
   tern lab delete 12
-  tern lab run e1 --quick             static I/O methods by file size, stored
-  tern lab run e2 --quick             the same beside the FastCGI file server (make -C gateway)
+  tern lab run e1 --quick             CGI output disciplines and file methods (gwbench; make -C gateway)
+  tern lab run e2 --quick             tern's static I/O methods beside the FastCGI file server
   tern lab run e3 --quick             concurrency models x CGI share x CPUs: saturation points
   tern lab run e4 --quick             compression by page size, 1 connection and 16, cold burst
   tern lab run e5 --agent b:7700 --token-file t   the OS probes here and on b, side by side
   tern lab run e1 --quick --no-store  print the table, store nothing
-  tern lab serve                      the dashboard on http://127.0.0.1:8686/
+  tern lab serve                      the dashboard on http://127.0.0.1:8686/ (a run's page: /run/ID)
   tern lab report 12 13 -o report.html";
 
 #[derive(clap::Args)]
@@ -85,17 +85,18 @@ pub enum LabCommand {
         #[arg(required = true)]
         ids: Vec<i64>,
     },
-    /// Run an experiment (e1 static I/O methods, e2 the same beside the
-    /// FastCGI file server, e3 concurrency models, e4 compression, e5 OS
-    /// probes), store it as one run and print its table.
+    /// Run an experiment (e1 CGI output disciplines, e2 file I/O methods
+    /// beside the FastCGI file server, e3 concurrency models, e4
+    /// compression, e5 OS probes), store it as one run, print its table and
+    /// the address of its page on the dashboard.
     Run {
         #[arg(value_parser = experiment::NAMES)]
         name: String,
         /// The short version (well under two minutes).
         #[arg(long)]
         quick: bool,
-        /// e2, e3: the directory of the gateway's built programs
-        /// (fcgi-files, hello.cgi) [default: gateway/build of the repository
+        /// e1, e2, e3: the directory of the gateway's built programs
+        /// (gwbench, fcgi-files, hello.cgi) [default: gateway/build of the repository
         /// this tern was built in, or of the current directory].
         #[arg(long, value_name = "DIR")]
         gateway: Option<PathBuf>,
@@ -118,7 +119,8 @@ pub enum LabCommand {
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8686")]
         listen: String,
     },
-    /// Write a self-contained HTML report of runs (SVG inlined; opens offline).
+    /// Write a self-contained HTML report of runs: each experiment's page,
+    /// the other runs' charts (SVG inlined; opens offline).
     Report {
         #[arg(required = true)]
         ids: Vec<i64>,

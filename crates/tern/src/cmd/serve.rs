@@ -129,9 +129,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for (addr, role) in server.local_addrs() {
         let scheme = role.scheme();
         let redirect = if *role == Role::Redirect { ", redirecting to https" } else { "" };
+        let serves = match c.sites.len() {
+            0 => format!("root {}", c.server.root.display()),
+            n => format!("{n} sites"),
+        };
         eprintln!(
-            "tern: listening on {scheme}://{addr}/{redirect} (root {}, io={}, workers={}, model={})",
-            c.server.root.display(),
+            "tern: listening on {scheme}://{addr}/{redirect} ({serves}, io={}, workers={}, model={})",
             c.static_files.io.name(),
             server.workers(),
             c.server.model.name()

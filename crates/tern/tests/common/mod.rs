@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 pub mod chromium;
+pub mod lab;
 pub mod tls;
 pub mod upstream;
 
@@ -356,6 +357,46 @@ pub struct Site {
 
 pub const INDEX: &str = "<!DOCTYPE html><title>tern test</title><p>index</p>\n";
 pub const SECRET: &str = "TOP-SECRET-OUTSIDE-ROOT";
+
+/// The configurations the shared suites (the corpus, traversal) run under:
+/// the flat one, whose top-level settings are one site, and several
+/// sites whose default serves the same `root` through locations — among
+/// them `/alias`, an alias of the root itself on a prefix without a
+/// trailing slash, so `/alias../secret.txt` would name the secret beside
+/// the root were the alias textual.
+pub fn configs(root: &Path) -> [(&'static str, String); 2] {
+    let r = root.display();
+    let sites = format!(
+        r#"[[site]]
+name = "other"
+hosts = ["other.test", "*.other.test"]
+root = "{r}/sub"
+
+[[site]]
+name = "main"
+default = true
+root = "{r}"
+headers = {{ set = {{ X-Site = "main" }} }}
+
+[[site.location]]
+exact = "/exact"
+respond = {{ body = "exact" }}
+
+[[site.location]]
+prefix = "/alias"
+alias = "{r}"
+
+[[site.location]]
+prefix = "/sub/"
+list_directories = true
+
+[[site.location]]
+regex = '\.css$'
+expires = "1h"
+"#
+    );
+    [("one site", String::new()), ("sites", sites)]
+}
 
 pub fn site() -> Site {
     let dir = tempfile::tempdir().unwrap();

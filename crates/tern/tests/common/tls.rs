@@ -110,9 +110,22 @@ pub fn exchange_until_close(
     bytes: &[u8],
     silence: Duration,
 ) -> (Vec<u8>, bool) {
+    exchange_as(config, addr, "localhost", bytes, silence)
+}
+
+/// As [`exchange_until_close`], asking for the server name `name` (SNI;
+/// the certificate must be valid for it).
+pub fn exchange_as(
+    config: &Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    name: &str,
+    bytes: &[u8],
+    silence: Duration,
+) -> (Vec<u8>, bool) {
     let sock = TcpStream::connect(addr).unwrap();
     sock.set_read_timeout(Some(silence)).unwrap();
-    let conn = rustls::ClientConnection::new(config.clone(), "localhost".try_into().unwrap()).unwrap();
+    let name = rustls::pki_types::ServerName::try_from(name.to_string()).unwrap();
+    let conn = rustls::ClientConnection::new(config.clone(), name).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, sock);
     let _ = tls.write_all(bytes);
     tls.conn.send_close_notify();

@@ -2,7 +2,10 @@
 //! buffer size, through a pipe and a Unix stream socket. The peer is a thread
 //! of this process; pinned, it shares the CPU, so a round trip includes two
 //! context switches, as in lmbench's lat_pipe and `taskset -c N perf bench
-//! sched pipe`.
+//! sched pipe`. The pipe round trip is also timed with the peer on another
+//! CPU: each end then wakes the other across CPUs (an inter-processor
+//! interrupt, a CPU leaving idle), which is what two processes of a
+//! loopback benchmark on two CPUs pay on every exchange.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -15,6 +18,9 @@ use crate::probe::stopwatch::Interval;
 /// Buffer sizes for bandwidth, bytes.
 const SIZES: &[usize] = &[1024, 4096, 16384, 65536, 262144, 1 << 20];
 const QUICK_SIZES: &[usize] = &[4096, 65536];
+
+/// The pipe round trip with the echo thread on another CPU.
+pub const ACROSS_CPUS: &str = "pipe round trip, 1 byte, across CPUs";
 
 pub fn size_label(bytes: usize) -> String {
     match bytes {
@@ -38,15 +44,25 @@ fn pipe() -> io::Result<(std::fs::File, std::fs::File)> {
 /// the peer's.
 type Duplex<R, W> = ((R, W), (R, W));
 
-/// Round trips of `msg` bytes with an echo thread on the other ends: the
-/// thread ends when its reading end reports end of file.
-pub fn round_trip<R, W>(ctx: &Ctx, name: &str, msg: usize, ends: Duplex<R, W>) -> io::Result<Figure>
+/// Round trips of `msg` bytes with an echo thread on the other ends, on
+/// this CPU or pinned to `peer_cpu`: the thread ends when its reading end
+/// reports end of file.
+pub fn round_trip<R, W>(
+    ctx: &Ctx,
+    name: &str,
+    msg: usize,
+    ends: Duplex<R, W>,
+    peer_cpu: Option<usize>,
+) -> io::Result<Figure>
 where
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
     let ((mut rx, mut tx), (mut peer_rx, mut peer_tx)) = ends;
     let echo = std::thread::spawn(move || -> io::Result<()> {
+        if let Some(cpu) = peer_cpu {
+            crate::probe::cpu::pin(Some(cpu))?;
+        }
         let mut buf = vec![0u8; msg];
         loop {
             match peer_rx.read_exact(&mut buf) {
@@ -89,12 +105,18 @@ where
 
 pub fn run(ctx: &Ctx) -> io::Result<Vec<Figure>> {
     let mut figures = Vec::new();
-    let (a_rx, b_tx) = pipe()?;
-    let (b_rx, a_tx) = pipe()?;
-    figures.push(round_trip(ctx, "pipe round trip, 1 byte", 1, ((a_rx, a_tx), (b_rx, b_tx)))?);
+    let pipes = || -> io::Result<Duplex<std::fs::File, std::fs::File>> {
+        let (a_rx, b_tx) = pipe()?;
+        let (b_rx, a_tx) = pipe()?;
+        Ok(((a_rx, a_tx), (b_rx, b_tx)))
+    };
+    figures.push(round_trip(ctx, "pipe round trip, 1 byte", 1, pipes()?, None)?);
+    if let Some(cpu) = ctx.other_cpu {
+        figures.push(round_trip(ctx, ACROSS_CPUS, 1, pipes()?, Some(cpu))?);
+    }
     let (a, b) = UnixStream::pair()?;
     let ends = ((a.try_clone()?, a), (b.try_clone()?, b));
-    figures.push(round_trip(ctx, "unix socket round trip, 1 byte", 1, ends)?);
+    figures.push(round_trip(ctx, "unix socket round trip, 1 byte", 1, ends, None)?);
     for &size in if ctx.opts.quick { QUICK_SIZES } else { SIZES } {
         let (rx, tx) = pipe()?;
         figures.push(bandwidth(ctx, &format!("pipe bandwidth, {} buffers", size_label(size)), size, rx, tx)?);

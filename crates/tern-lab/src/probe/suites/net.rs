@@ -9,23 +9,33 @@
 //! is what the C reference bench/probe.sh sets beside it does too. The
 //! bandwidth figure reads 128 KiB at a time from a sender that leaves
 //! Nagle's algorithm on, as a bulk sender such as iperf3 does.
+//!
+//! The connect figure is lmbench's `lat_connect`: a blocking `connect` and
+//! a `close`, against a listener whose thread accepts and closes, nothing
+//! else. Against the echo listener (a thread started per connection) the
+//! connects outran the acceptor on a shared CPU, its queue overflowed, and
+//! each dropped SYN came back after the kernel's 1 s retransmission timeout:
+//! one per sample, read as milliseconds per connect.
 
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use socket2::{Domain, Socket, Type};
 
-use super::ipc::size_label;
+use super::ipc::{round_trip, size_label};
 use crate::probe::ctx::Ctx;
 use crate::probe::figure::Figure;
 use crate::probe::stopwatch::Interval;
 
 const SIZES: &[usize] = &[1024, 4096, 16384, 32768];
 const QUICK_SIZES: &[usize] = &[1024, 32768];
+/// The 1 KiB round trip with the echo thread on another CPU.
+pub const ACROSS_CPUS: &str = "TCP round trip, 1 KiB, across CPUs";
 /// Bytes per operation of the bandwidth figure.
 const STREAM_CHUNK: usize = 128 * 1024;
 /// No peer answer within this long is an error, not a hang.
@@ -34,15 +44,22 @@ const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Where the measuring side finds the peer's three services.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PeerAddrs {
-    /// Echoes every byte back (TCP); also accepts and closes for connects.
+    /// Echoes every byte back (TCP).
     pub tcp_echo: SocketAddr,
+    /// Accepts each connection and closes it, for the connect figure.
+    pub tcp_accept: SocketAddr,
     /// Echoes every datagram back.
     pub udp_echo: SocketAddr,
     /// Sends bytes forever, for bandwidth.
     pub tcp_source: SocketAddr,
 }
 
-/// The peer: echo and source servers on threads, stopped when dropped.
+/// How many connections a peer's listener queues: more than a sample's
+/// connects, so a connect never waits for a retransmitted SYN.
+const BACKLOG: i32 = 1024;
+
+/// The peer: echo, accept and source servers on threads, stopped when
+/// dropped.
 pub struct Peer {
     pub addrs: PeerAddrs,
     stop: Arc<AtomicBool>,
@@ -51,27 +68,37 @@ pub struct Peer {
 
 impl Peer {
     pub fn start(ip: IpAddr) -> io::Result<Peer> {
-        let echo = TcpListener::bind((ip, 0))?;
-        let source = TcpListener::bind((ip, 0))?;
+        let echo = listen(ip)?;
+        let accept = listen(ip)?;
+        let source = listen(ip)?;
         let udp = UdpSocket::bind((ip, 0))?;
         udp.set_read_timeout(Some(Duration::from_millis(200)))?;
-        let addrs =
-            PeerAddrs { tcp_echo: echo.local_addr()?, udp_echo: udp.local_addr()?, tcp_source: source.local_addr()? };
+        let addrs = PeerAddrs {
+            tcp_echo: echo.local_addr()?,
+            tcp_accept: accept.local_addr()?,
+            udp_echo: udp.local_addr()?,
+            tcp_source: source.local_addr()?,
+        };
         let stop = Arc::new(AtomicBool::new(false));
-        let serve = |listener: TcpListener, handle: fn(TcpStream)| {
+        // Each connection to `listener` handled by `handle` on the accepting
+        // thread (`inline`) or on a thread of its own.
+        let serve = |listener: TcpListener, handle: fn(TcpStream), inline: bool| {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 for conn in listener.incoming() {
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    if let Ok(conn) = conn {
-                        std::thread::spawn(move || handle(conn));
+                    match conn {
+                        Ok(conn) if inline => handle(conn),
+                        Ok(conn) => drop(std::thread::spawn(move || handle(conn))),
+                        Err(_) => {}
                     }
                 }
             })
         };
-        let mut threads = vec![serve(echo, echo_stream), serve(source, source_stream)];
+        let mut threads =
+            vec![serve(echo, echo_stream, false), serve(accept, drop, true), serve(source, source_stream, false)];
         let udp_stop = stop.clone();
         threads.push(std::thread::spawn(move || {
             let mut buf = vec![0u8; 65536];
@@ -89,12 +116,21 @@ impl Drop for Peer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         // Wake the accept loops; the UDP loop wakes on its read timeout.
-        let _ = TcpStream::connect_timeout(&self.addrs.tcp_echo, Duration::from_secs(1));
-        let _ = TcpStream::connect_timeout(&self.addrs.tcp_source, Duration::from_secs(1));
+        for addr in [self.addrs.tcp_echo, self.addrs.tcp_accept, self.addrs.tcp_source] {
+            let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
+}
+
+/// A TCP listener on `ip` (any port) with room for [`BACKLOG`] connections.
+fn listen(ip: IpAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(SocketAddr::new(ip, 0)), Type::STREAM, None)?;
+    socket.bind(&SocketAddr::new(ip, 0).into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
 }
 
 /// Echoes until the client closes; every reply leaves at once (no Nagle
@@ -155,11 +191,16 @@ pub fn run_against(ctx: &Ctx, addrs: &PeerAddrs) -> io::Result<Vec<Figure>> {
             })
         })?);
     }
+    let domain = Domain::for_address(addrs.tcp_accept);
+    let to = addrs.tcp_accept.into();
     figures.push(ctx.measure("TCP connect+close", None, |n| {
         Interval::looped(n, || {
-            let s = TcpStream::connect_timeout(&addrs.tcp_echo, PEER_TIMEOUT)?;
-            s.shutdown(Shutdown::Both)
-                .or_else(|e| if e.kind() == io::ErrorKind::NotConnected { Ok(()) } else { Err(e) })
+            // Blocking, as lat_connect's: a connect with a timeout of its
+            // own would add a poll and two fcntl calls to each. The send
+            // timeout bounds a blocking connect on Linux.
+            let s = Socket::new(domain, Type::STREAM, None)?;
+            s.set_write_timeout(Some(PEER_TIMEOUT))?;
+            s.connect(&to)
         })
     })?);
     let mut source = connect(addrs.tcp_source)?;
@@ -170,8 +211,18 @@ pub fn run_against(ctx: &Ctx, addrs: &PeerAddrs) -> io::Result<Vec<Figure>> {
     Ok(figures)
 }
 
-/// Measures against a peer on threads of this process, on loopback.
+/// Measures against a peer on threads of this process, on loopback; and,
+/// with another CPU to use, the 1 KiB round trip with the echo thread on it.
 pub fn run(ctx: &Ctx) -> io::Result<Vec<Figure>> {
     let peer = Peer::start(IpAddr::from([127, 0, 0, 1]))?;
-    run_against(ctx, &peer.addrs)
+    let mut figures = run_against(ctx, &peer.addrs)?;
+    if let Some(cpu) = ctx.other_cpu {
+        let listener = listen(IpAddr::from([127, 0, 0, 1]))?;
+        let ours = connect(listener.local_addr()?)?;
+        let (theirs, _) = listener.accept()?;
+        theirs.set_nodelay(true)?;
+        let ends = ((ours.try_clone()?, ours), (theirs.try_clone()?, theirs));
+        figures.push(round_trip(ctx, ACROSS_CPUS, 1024, ends, Some(cpu))?);
+    }
+    Ok(figures)
 }

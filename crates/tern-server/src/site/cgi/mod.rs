@@ -88,6 +88,15 @@ pub struct Script {
     interpreter: Option<PathBuf>,
 }
 
+impl Script {
+    /// The program's part of `rel`, the normalised path it was found for
+    /// (the rest is `PATH_INFO`), and the interpreter it is run by, if
+    /// any: what `tern route` shows.
+    pub fn program<'r>(&self, rel: &'r [u8]) -> (&'r [u8], Option<&Path>) {
+        (&rel[..self.name_len], self.interpreter.as_deref())
+    }
+}
+
 /// What a start can know to be wrong before any program runs: a CGI
 /// directory set in the configuration that is not a directory under the
 /// root, an interpreter set there that is not an executable file. The
