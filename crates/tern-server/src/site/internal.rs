@@ -207,7 +207,7 @@ fn upstreams_json(groups: &[Arc<Group>]) -> serde_json::Value {
                 serde_json::json!({
                     "address": s.address.to_string(),
                     "up": !s.health.down(),
-                    "active": s.active.load(Relaxed),
+                    "active": s.pool.in_flight.load(Relaxed),
                     "open": s.pool.snapshot().open,
                 })
             })
@@ -237,7 +237,7 @@ fn upstreams_prometheus(text: &mut String, groups: &[Arc<Group>]) {
     );
     for g in groups {
         for s in &g.servers {
-            let n = s.active.load(Relaxed);
+            let n = s.pool.in_flight.load(Relaxed);
             let _ =
                 writeln!(text, "tern_upstream_active{{upstream=\"{}\",server=\"{}\"}} {n}", label(&g.name), s.address);
         }

@@ -17,7 +17,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -34,12 +34,11 @@ use crate::body::OutQueue;
 use crate::error_log::{log, Level};
 use crate::reply::Params;
 use crate::site::cgi::{Pump, Response};
-use crate::site::upstream::pool::{Checkout, Grant, Link, Ticket};
+use crate::site::upstream::hold::{Advance, Hold, Kept, Untaken};
 use crate::site::upstream::tls;
 use crate::spool::Spool;
 use crate::sys;
 use crate::worker::{Doorbell, Wait, Worker};
-use rustls::ClientConnection;
 
 /// Most bytes of a response head (larger: 502).
 const MAX_HEAD: usize = 64 * 1024;
@@ -56,10 +55,8 @@ enum Next {
     Body(Framing),
 }
 
+/// Where the exchange is, once its connection is open.
 enum Stage {
-    /// Waiting in the chosen server's pool queue.
-    Queued(Arc<Ticket>),
-    Connecting,
     /// Writing the request, reading the response.
     Talking,
     /// After `101 Switching Protocols`: bytes both ways, as they come.
@@ -112,15 +109,9 @@ pub struct Exchange {
     /// The server this try goes to, and every server tried.
     server: usize,
     tried: Vec<usize>,
+    /// The connection to it (or the wait for one).
+    hold: Hold,
     stage: Stage,
-    link: Option<OwnedFd>,
-    /// The link's TLS session, for an HTTPS server.
-    tls: Option<Box<ClientConnection>>,
-    registered: bool,
-    watched_for_room: bool,
-    hung_up: bool,
-    place: Option<usize>,
-    reused: bool,
     /// The request head, and how much of head and body was written.
     head: Vec<u8>,
     body: Body,
@@ -132,8 +123,6 @@ pub struct Exchange {
     input: Vec<u8>,
     reading: Reading,
     pub response: Response,
-    may_read: bool,
-    may_write: bool,
     /// A byte of the response came on the current connection.
     received: bool,
     /// `out.written` when nothing but this response (and only since then)
@@ -146,7 +135,6 @@ pub struct Exchange {
     /// Start of the current wait, and of the whole exchange.
     since: Instant,
     started: Instant,
-    key: usize,
     request_line: String,
 }
 
@@ -172,18 +160,16 @@ impl Exchange {
             (None, _) => Body::Memory(l.body.mem),
         };
         let now = Instant::now();
-        let mut x = Exchange {
+        let mut tried = Vec::new();
+        let first = l.group.choose(req, l.peer, &[], now).ok_or(502u16)?;
+        let next = |tried: &[usize]| l.group.choose(req, l.peer, tried, now);
+        let (server, hold, kept) = connect(&l.group, first, &mut tried, l.doorbell, now, next)?;
+        Ok(Exchange {
             group: l.group,
-            server: 0,
-            tried: Vec::new(),
-            stage: Stage::Ended,
-            link: None,
-            tls: None,
-            registered: false,
-            watched_for_room: false,
-            hung_up: false,
-            place: None,
-            reused: false,
+            server,
+            tried,
+            hold,
+            stage: Stage::Talking,
             head,
             body,
             body_len,
@@ -192,165 +178,41 @@ impl Exchange {
                 || matches!(req.method_token, "PUT" | "DELETE" | "TRACE"),
             head_request: req.method == Method::Head,
             upgrade: l.upgrade,
-            input: Vec::new(),
+            input: kept.map(|k| k.buf).unwrap_or_default(),
             reading: Reading::Head,
             response: Response::new(req, false),
-            may_read: false,
-            may_write: false,
             received: false,
             unsent_since: None,
             upstream_keep_alive: false,
             reusable: false,
             since: now,
             started: now,
-            key: 0,
             request_line: req.request_line.to_string(),
-        };
-        let server = x.group.choose(req, l.peer, &[], now).ok_or(502u16)?;
-        x.take_connection(server, l.doorbell, now, |x| x.group.choose(req, l.peer, &x.tried, now))?;
-        Ok(x)
-    }
-
-    /// Takes a connection to `server`; one that cannot even be started (a
-    /// Unix socket that is not there fails at once, before any readiness)
-    /// is a failure of that server, and the server `next` names is tried
-    /// instead while the retry budget lasts.
-    fn take_connection(
-        &mut self,
-        mut server: usize,
-        doorbell: Option<&Arc<Doorbell>>,
-        now: Instant,
-        next: impl Fn(&Exchange) -> Option<usize>,
-    ) -> Result<(), u16> {
-        loop {
-            match self.checkout(server, doorbell) {
-                Err(502) => self.count_failure(now, "connect"),
-                done => return done,
-            }
-            match next(self).filter(|_| self.tried.len() <= self.group.retries) {
-                Some(n) => {
-                    self.release_server();
-                    server = n;
-                }
-                None => return Err(502),
-            }
-        }
-    }
-
-    /// Takes a connection to `server`: an idle one, a place to open one, or
-    /// a place in its queue. `Err(502)`: a connection could not be started.
-    fn checkout(&mut self, server: usize, doorbell: Option<&Arc<Doorbell>>) -> Result<(), u16> {
-        self.server = server;
-        self.tried.push(server);
-        self.group.servers[server].active.fetch_add(1, Relaxed);
-        let pool = &self.group.servers[server].pool;
-        match pool.checkout(doorbell) {
-            Ok(Checkout::Idle(link)) => self.adopt(link),
-            Ok(Checkout::Connect(id)) => {
-                self.place = Some(id);
-                self.open()?;
-            }
-            Ok(Checkout::Wait(ticket)) => self.stage = Stage::Queued(ticket),
-            Err(e) => {
-                log!(Level::Error, "upstream {}: cannot wait for a connection: {e}", self.group.name);
-                return Err(500);
-            }
-        }
-        Ok(())
-    }
-
-    fn adopt(&mut self, link: Link) {
-        let pool = &self.group.servers[self.server].pool;
-        pool.stats.reused.fetch_add(1, Relaxed);
-        self.link = Some(link.fd);
-        self.tls = link.tls;
-        self.registered = link.home.is_some();
-        self.input = link.buf;
-        self.place = Some(link.id);
-        self.reused = true;
-        self.hung_up = false;
-        self.stage = Stage::Talking;
-        self.may_write = true;
-    }
-
-    /// Opens a connection in the place this exchange holds.
-    fn open(&mut self) -> Result<(), u16> {
-        self.reused = false;
-        self.received = false;
-        self.registered = false;
-        self.hung_up = false;
-        let server = &self.group.servers[self.server];
-        let pool = &server.pool;
-        let session = server.tls.as_ref().map(|c| c.session()).transpose();
-        match session.and_then(|tls| pool.connect().map(|c| (c, tls))) {
-            Ok(((fd, connected), tls)) => {
-                self.link = Some(fd);
-                self.tls = tls;
-                self.stage = if connected { Stage::Talking } else { Stage::Connecting };
-                self.may_write = connected;
-                Ok(())
-            }
-            Err(e) => {
-                log!(Level::Warn, "upstream {}: cannot connect to {}: {e}", self.group.name, pool.address());
-                if let Some(id) = self.place.take() {
-                    pool.release(id);
-                }
-                pool.stats.failed.fetch_add(1, Relaxed);
-                Err(502)
-            }
-        }
+        })
     }
 
     /// Registers what this exchange waits on as connection `key`'s backend
     /// descriptor.
     pub fn watch(&mut self, key: usize, w: &Worker<'_>) -> io::Result<()> {
-        self.key = key;
-        self.may_read = false;
-        match (&self.stage, &self.link) {
-            (Stage::Queued(t), _) => match t.fd() {
-                Some(fd) => w.watcher.watch(key, fd),
-                None => {
-                    self.may_read = t.ring_for(key);
-                    Ok(())
-                }
-            },
-            (stage, Some(fd)) => {
-                let write = matches!(stage, Stage::Connecting);
-                let id = self.place.expect("a link without its place");
-                self.may_read = w.watcher.watch_link(key, id, fd.as_fd(), write, self.registered)?;
-                self.registered = true;
-                self.watched_for_room = write;
-                Ok(())
-            }
-            _ => Ok(()),
-        }
+        self.hold.watch(key, w)
     }
 
-    pub fn wait(&self) -> Option<(std::os::fd::BorrowedFd<'_>, Wait)> {
-        let (fd, wait) = match (&self.stage, &self.link) {
-            (Stage::Queued(t), _) => (t.fd()?, Wait { read: !self.may_read, write: false }),
-            (Stage::Connecting, Some(fd)) => (fd.as_fd(), Wait { read: false, write: !self.may_write }),
-            (Stage::Talking, Some(fd)) => {
-                (fd.as_fd(), Wait { read: !self.may_read, write: !self.may_write && self.writing() })
-            }
-            (Stage::Tunnel, Some(fd)) => (fd.as_fd(), Wait { read: !self.may_read, write: !self.may_write }),
-            _ => return None,
-        };
-        wait.any().then_some((fd, wait))
+    pub fn wait(&self) -> Option<(BorrowedFd<'_>, Wait)> {
+        self.hold.wait(self.tunnel() || self.writing())
     }
 
     pub fn on_ready(&mut self, readable: bool, writable: bool, closed: bool) {
-        self.may_read |= readable || closed;
-        self.may_write |= writable;
-        self.hung_up |= closed;
+        self.hold.on_ready(readable, writable, closed);
     }
 
     pub fn ready(&self) -> bool {
+        let h = &self.hold;
+        if !h.is_open() {
+            return h.can_advance();
+        }
         match self.stage {
-            Stage::Queued(_) => self.may_read,
-            Stage::Connecting => self.may_write,
-            Stage::Talking => self.may_read || (self.may_write && self.writing()),
-            Stage::Tunnel => self.may_read,
+            Stage::Talking => h.may_read || (h.may_write && self.writing()),
+            Stage::Tunnel => h.may_read,
             Stage::Ended => false,
         }
     }
@@ -364,22 +226,16 @@ impl Exchange {
     /// In a tunnel: sends what the client sent; returns how much the
     /// server took (0: none now, the exchange waits for room).
     pub fn upload(&mut self, data: &[u8], w: &Worker<'_>) -> io::Result<usize> {
-        let Some(fd) = self.link.as_ref() else { return Err(io::ErrorKind::NotConnected.into()) };
-        if !self.may_write || data.is_empty() {
+        if !self.hold.may_write || data.is_empty() {
             return Ok(0);
         }
-        match send_on(&mut self.tls, fd, data) {
+        match send_on(&mut self.hold, data) {
             Ok(n) => {
                 self.since = w.now;
                 Ok(n)
             }
             Err(e) if sys::would_block(&e) => {
-                self.may_write = false;
-                if !self.watched_for_room {
-                    let id = self.place.expect("a link without its place");
-                    w.watcher.watch_link(self.key, id, fd.as_fd(), true, true)?;
-                    self.watched_for_room = true;
-                }
+                self.hold.wait_for_room(w)?;
                 Ok(0)
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
@@ -389,12 +245,12 @@ impl Exchange {
 
     /// Whether the tunnel can take client bytes now.
     pub fn can_upload(&self) -> bool {
-        self.tunnel() && self.may_write
+        self.tunnel() && self.hold.may_write
     }
 
     /// The client closed its side of a tunnel: so does the server's.
     pub fn client_closed(&mut self) {
-        if let Some(fd) = &self.link {
+        if let Some(fd) = self.hold.fd() {
             let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Write);
         }
     }
@@ -406,69 +262,40 @@ impl Exchange {
         } else if self.unsent_since != Some(out.written) {
             self.unsent_since = None;
         }
-        match &self.stage {
-            Stage::Queued(ticket) => {
-                let Some(grant) = ticket.take() else {
-                    self.may_read = false;
-                    return Pump::Wait;
-                };
-                self.stage = Stage::Talking;
-                match grant {
-                    Grant::Idle(link) => self.adopt(link),
-                    Grant::Permit(id) => {
-                        self.place = Some(id);
-                        if self.open().is_err() {
-                            return self.failed(w, "connect", false);
-                        }
+        if !self.hold.is_open() {
+            return match self.hold.advance(w, self.group.servers[self.server].tls.as_ref()) {
+                Ok(Advance::Wait) => Pump::Wait,
+                Ok(Advance::Taken(kept)) => {
+                    if let Some(k) = kept {
+                        self.input = k.buf;
                     }
+                    self.since = w.now;
+                    Pump::Progress
                 }
-                self.since = w.now;
-                self.rewatch(w)
-            }
-            Stage::Connecting => {
-                if !self.may_write {
-                    return Pump::Wait;
+                Ok(Advance::Connected) => {
+                    self.since = w.now;
+                    Pump::Progress
                 }
-                let fd = self.link.as_ref().expect("connecting without a socket");
-                match socket2::SockRef::from(fd).take_error() {
-                    Ok(None) => {
-                        self.stage = Stage::Talking;
-                        self.since = w.now;
-                        Pump::Progress
-                    }
-                    Ok(Some(e)) | Err(e) => {
-                        log!(Level::Warn, "upstream {}: cannot connect: {e}", self.group.name);
-                        self.failed(w, "connect", false)
-                    }
+                Err(e) => {
+                    log!(Level::Warn, "upstream {}: cannot connect: {e}", self.group.name);
+                    self.failed(w, "connect", true)
                 }
-            }
+            };
+        }
+        match self.stage {
             Stage::Talking => self.talk(out, params, chunk, w),
             Stage::Tunnel => self.tunnel_down(out, chunk, w),
             Stage::Ended => Pump::Wait,
         }
     }
 
-    fn rewatch(&mut self, w: &Worker<'_>) -> Pump {
-        match self.watch(self.key, w) {
-            Ok(()) => {
-                self.may_write = matches!(self.stage, Stage::Talking);
-                Pump::Progress
-            }
-            Err(e) => {
-                log!(Level::Error, "cannot watch an upstream connection: {e}");
-                Pump::Fail(502)
-            }
-        }
-    }
-
     /// Whether request bytes remain to be written.
     fn writing(&self) -> bool {
-        self.sent < self.head.len() as u64 + self.body_len || self.tls.as_ref().is_some_and(|t| t.wants_write())
+        self.sent < self.head.len() as u64 + self.body_len || self.hold.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 
     fn talk(&mut self, out: &mut OutQueue, params: &Params<'_>, chunk: usize, w: &Worker<'_>) -> Pump {
-        let fd = self.link.as_ref().expect("talking without a socket");
-        if self.may_write && self.writing() {
+        if self.hold.may_write && self.writing() {
             let pending = match pending(&self.head, &mut self.body, self.sent) {
                 Ok(bytes) => bytes,
                 Err(e) => {
@@ -476,20 +303,15 @@ impl Exchange {
                     return Pump::Fail(500);
                 }
             };
-            match send_on(&mut self.tls, fd, pending) {
+            match send_on(&mut self.hold, pending) {
                 Ok(n) => {
                     self.sent += n as u64;
                     self.since = w.now;
                 }
                 Err(e) if sys::would_block(&e) => {
-                    self.may_write = false;
-                    if !self.watched_for_room {
-                        let id = self.place.expect("a link without its place");
-                        if let Err(e) = w.watcher.watch_link(self.key, id, fd.as_fd(), true, true) {
-                            log!(Level::Error, "cannot watch an upstream connection: {e}");
-                            return Pump::Fail(502);
-                        }
-                        self.watched_for_room = true;
+                    if let Err(e) = self.hold.wait_for_room(w) {
+                        log!(Level::Error, "cannot watch an upstream connection: {e}");
+                        return Pump::Fail(502);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -497,14 +319,14 @@ impl Exchange {
             }
             return Pump::Progress;
         }
-        if !self.may_read {
+        if !self.hold.may_read {
             return Pump::Wait;
         }
         if self.input.capacity() - self.input.len() < 4096 {
             self.input.reserve(chunk.max(4096));
         }
         let spare = self.input.capacity() - self.input.len();
-        match recv_on(&mut self.tls, fd, &mut self.input) {
+        match recv_on(&mut self.hold, &mut self.input) {
             Ok(0) => return self.ended_by_server(out, w),
             Ok(n) => {
                 self.received = true;
@@ -513,12 +335,12 @@ impl Exchange {
                 // reported with the bytes (edge-triggered: no other edge
                 // will say so); a TLS session may have read only part of
                 // what waits (it stops at a record).
-                if n < spare && self.tls.is_none() && !self.hung_up {
-                    self.may_read = false;
+                if n < spare && self.hold.tls.is_none() && !self.hold.hung_up {
+                    self.hold.may_read = false;
                 }
             }
             Err(e) if sys::would_block(&e) => {
-                self.may_read = false;
+                self.hold.may_read = false;
                 return Pump::Wait;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Pump::Progress,
@@ -672,14 +494,13 @@ impl Exchange {
 
     /// In a tunnel: what the server sent goes to the client as it is.
     fn tunnel_down(&mut self, out: &mut OutQueue, chunk: usize, w: &Worker<'_>) -> Pump {
-        if !self.may_read {
+        if !self.hold.may_read {
             return Pump::Wait;
         }
-        let fd = self.link.as_ref().expect("a tunnel without a socket");
         let at = out.buf.len();
         out.buf.reserve(chunk.max(4096));
         let spare = out.buf.capacity() - at;
-        match recv_on(&mut self.tls, fd, &mut out.buf) {
+        match recv_on(&mut self.hold, &mut out.buf) {
             Ok(0) => {
                 self.stage = Stage::Ended;
                 Pump::Done { keep_alive: false }
@@ -691,14 +512,14 @@ impl Exchange {
                 // reported with the bytes (edge-triggered: no other edge
                 // will say so); a TLS session may have read only part of
                 // what waits (it stops at a record).
-                if n < spare && self.tls.is_none() && !self.hung_up {
-                    self.may_read = false;
+                if n < spare && self.hold.tls.is_none() && !self.hold.hung_up {
+                    self.hold.may_read = false;
                 }
                 out.commit_buf();
                 Pump::Progress
             }
             Err(e) if sys::would_block(&e) => {
-                self.may_read = false;
+                self.hold.may_read = false;
                 Pump::Wait
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Pump::Progress,
@@ -713,7 +534,7 @@ impl Exchange {
     /// connection goes back when nothing else came on it.
     fn complete(&mut self, out: &mut OutQueue, w: &Worker<'_>) -> Pump {
         self.stage = Stage::Ended;
-        self.reusable = self.upstream_keep_alive && self.input.is_empty() && !self.hung_up;
+        self.reusable = self.upstream_keep_alive && self.input.is_empty() && !self.hold.hung_up;
         self.group.servers[self.server].health.succeeded();
         let _ = w;
         self.response.end(out)
@@ -747,28 +568,16 @@ impl Exchange {
     fn broken(&mut self, w: &Worker<'_>, err: &io::Error) -> Pump {
         // A kept-alive connection the server closed between requests:
         // again on a fresh one (under the retry rule).
-        if self.reused && !self.received && self.may_retry() {
-            self.drop_link();
-            self.group.servers[self.server].pool.stats.retried.fetch_add(1, Relaxed);
+        if self.hold.reused && !self.received && self.may_retry() {
+            self.hold.pool().stats.retried.fetch_add(1, Relaxed);
             self.restart_body();
-            let pool = &self.group.servers[self.server].pool;
-            return match pool.checkout(w.watcher.doorbell()) {
-                Ok(Checkout::Connect(id)) => {
-                    self.place = Some(id);
-                    match self.open() {
-                        Ok(()) => self.rewatch(w),
-                        Err(_) => self.failed(w, "connect", false),
-                    }
+            self.input.clear();
+            return match self.hold.reopen(w, self.group.servers[self.server].tls.as_ref()) {
+                Ok(()) => Pump::Progress,
+                Err(e) => {
+                    log!(Level::Warn, "upstream {}: cannot connect: {e}", self.group.name);
+                    self.failed(w, "connect", true)
                 }
-                Ok(Checkout::Idle(link)) => {
-                    self.adopt(link);
-                    self.rewatch(w)
-                }
-                Ok(Checkout::Wait(ticket)) => {
-                    self.stage = Stage::Queued(ticket);
-                    self.rewatch(w)
-                }
-                Err(_) => Pump::Fail(502),
             };
         }
         log!(
@@ -791,10 +600,7 @@ impl Exchange {
     /// Counts a failure against the current server, which marks it down
     /// when it has failed often enough.
     fn count_failure(&self, now: Instant, why: &str) {
-        let server = &self.group.servers[self.server];
-        if server.health.failed(now) {
-            log!(Level::Warn, "upstream {}: server {} marked down ({why})", self.group.name, server.address);
-        }
+        count_failure(&self.group, self.server, now, why);
     }
 
     /// A try failed: counted against its server, then another server under
@@ -802,25 +608,40 @@ impl Exchange {
     /// reached the client).
     fn failed(&mut self, w: &Worker<'_>, why: &str, close: bool) -> Pump {
         self.count_failure(w.now, why);
+        self.hold.pool().stats.failed.fetch_add(1, Relaxed);
         if close {
-            self.drop_link();
+            self.hold.close();
         }
         let budget = self.tried.len() <= self.group.retries
             && w.now.saturating_duration_since(self.started) <= self.group.retry_within;
         if budget && self.may_retry() {
             // The request is not at hand any more: the choice is the
             // balancer's order without a key.
-            let next = |x: &Exchange| {
-                (0..x.group.servers.len()).find(|i| !x.tried.contains(i) && x.group.servers[*i].health.usable(w.now))
+            let group = self.group.clone();
+            let next = |tried: &[usize]| {
+                (0..group.servers.len()).find(|i| !tried.contains(i) && group.servers[*i].health.usable(w.now))
             };
-            if let Some(server) = next(self) {
-                self.release_server();
+            if let Some(server) = next(&self.tried) {
+                self.hold.close();
                 self.restart_body();
                 self.reading = Reading::Head;
                 self.input.clear();
-                if self.take_connection(server, w.watcher.doorbell(), w.now, next).is_ok() {
+                if let Ok((server, hold, kept)) =
+                    connect(&group, server, &mut self.tried, w.watcher.doorbell(), w.now, next)
+                {
+                    self.server = server;
+                    self.received = false;
+                    if let Some(k) = kept {
+                        self.input = k.buf;
+                    }
                     self.since = w.now;
-                    return self.rewatch(w);
+                    return match self.hold.replace(hold, w) {
+                        Ok(()) => Pump::Progress,
+                        Err(e) => {
+                            log!(Level::Error, "cannot watch an upstream connection: {e}");
+                            Pump::Fail(502)
+                        }
+                    };
                 }
             }
         }
@@ -840,26 +661,6 @@ impl Exchange {
         }
     }
 
-    /// Closes the current connection; its place goes back to its pool.
-    fn drop_link(&mut self) {
-        self.link = None;
-        self.tls = None;
-        self.registered = false;
-        self.watched_for_room = false;
-        if let Some(id) = self.place.take() {
-            self.group.servers[self.server].pool.release(id);
-        }
-    }
-
-    /// This exchange no longer counts against its server.
-    fn release_server(&mut self) {
-        self.drop_link();
-        if let Stage::Queued(ticket) = &self.stage {
-            self.group.servers[self.server].pool.cancel(ticket);
-        }
-        self.group.servers[self.server].active.fetch_sub(1, Relaxed);
-    }
-
     /// The status to answer when the current wait has lasted too long. A
     /// connection not made in time fails its server as a refused one does:
     /// another server may take the request (then `None`, the exchange
@@ -869,27 +670,31 @@ impl Exchange {
         if t.total.is_some_and(|total| now.saturating_duration_since(self.started) > total) {
             return Some(504);
         }
-        if client_blocked && matches!(self.stage, Stage::Talking | Stage::Tunnel) {
+        if matches!(self.stage, Stage::Ended) {
+            return None;
+        }
+        let open = self.hold.is_open();
+        if client_blocked && open {
             self.since = now;
             return None;
         }
         let waited = now.saturating_duration_since(self.since);
-        let (limit, status) = match self.stage {
-            Stage::Queued(_) => (t.queue, 503),
-            Stage::Connecting => (t.connect, 502),
-            Stage::Talking if self.writing() => (t.send, 504),
-            Stage::Talking => (t.read, 504),
-            // An idle tunnel ends (its response is out: the connection
-            // closes).
-            Stage::Tunnel => (t.read, 504),
-            Stage::Ended => return None,
+        let (limit, status) = if self.hold.is_queued() {
+            (t.queue, 503)
+        } else if !open {
+            (t.connect, 502)
+        } else if matches!(self.stage, Stage::Talking) && self.writing() {
+            (t.send, 504)
+        } else {
+            // Reading; an idle tunnel ends too (its response is out: the
+            // connection closes).
+            (t.read, 504)
         };
         if waited <= limit {
             return None;
         }
         let server = &self.group.servers[self.server];
-        if let Stage::Connecting = self.stage {
-            server.pool.stats.failed.fetch_add(1, Relaxed);
+        if self.hold.is_connecting() {
             log!(Level::Warn, "upstream {}: no connection to {} within {limit:?}", self.group.name, server.address);
             return match self.failed(w, "connect timeout", true) {
                 Pump::Fail(status) => Some(status),
@@ -908,23 +713,50 @@ impl Exchange {
     /// Ends the exchange: a connection whose response ended cleanly goes
     /// back to its pool (unless `close`); anything else is closed.
     pub fn end(&mut self, w: &Worker<'_>, close: bool) {
-        if close || !self.reusable || self.hung_up {
-            return;
+        if !close && self.reusable {
+            self.hold.give_back(w, std::mem::take(&mut self.input), 0);
         }
-        let Some(fd) = self.link.take() else { return };
-        let id = self.place.take().expect("a link without its place");
-        let buf = std::mem::take(&mut self.input);
-        let pool = &self.group.servers[self.server].pool;
-        let home = w.watcher.doorbell().filter(|_| self.registered && !self.watched_for_room).cloned();
-        if home.is_some() {
-            w.watcher.leave_link(id);
-        } else if self.registered {
-            let _ = w.watcher.unwatch(fd.as_fd());
+    }
+}
+
+/// Takes a connection to `server` of `group` (added to `tried`); a server
+/// whose connection cannot even be started (a Unix socket that is not
+/// there fails at once, before any readiness) fails, and the server `next`
+/// names is tried instead while the retry budget lasts. `Err`: the status
+/// to answer.
+fn connect(
+    group: &Group,
+    mut server: usize,
+    tried: &mut Vec<usize>,
+    doorbell: Option<&Arc<Doorbell>>,
+    now: Instant,
+    next: impl Fn(&[usize]) -> Option<usize>,
+) -> Result<(usize, Hold, Option<Kept>), u16> {
+    loop {
+        tried.push(server);
+        let s = &group.servers[server];
+        match Hold::take(s.pool.clone(), doorbell, s.tls.as_ref()) {
+            Ok((hold, kept)) => return Ok((server, hold, kept)),
+            Err(Untaken::Queue(e)) => {
+                log!(Level::Error, "upstream {}: cannot wait for a connection: {e}", group.name);
+                return Err(500);
+            }
+            Err(Untaken::Connect(e)) => {
+                log!(Level::Warn, "upstream {}: cannot connect to {}: {e}", group.name, s.address);
+                s.pool.stats.failed.fetch_add(1, Relaxed);
+                count_failure(group, server, now, "connect");
+            }
         }
-        if let Some(link) = pool.give_back(Link { id, fd, buf, home, owed: 0, tls: self.tls.take() }) {
-            let _ = w.watcher.unwatch(link.fd.as_fd());
-            pool.put_back(Link { home: None, ..link });
-        }
+        server = next(tried).filter(|_| tried.len() <= group.retries).ok_or(502u16)?;
+    }
+}
+
+/// Counts a failure against a server, which marks it down when it has
+/// failed often enough.
+fn count_failure(group: &Group, server: usize, now: Instant, why: &str) {
+    let s = &group.servers[server];
+    if s.health.failed(now) {
+        log!(Level::Warn, "upstream {}: server {} marked down ({why})", group.name, s.address);
     }
 }
 
@@ -937,7 +769,8 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 
 /// Sends `data` on `fd`, through its TLS session when it has one: how
 /// much was taken (`WouldBlock` when nothing could be).
-fn send_on(tls: &mut Option<Box<ClientConnection>>, fd: &OwnedFd, data: &[u8]) -> io::Result<usize> {
+fn send_on(hold: &mut Hold, data: &[u8]) -> io::Result<usize> {
+    let (fd, tls) = hold.parts().ok_or(io::ErrorKind::NotConnected)?;
     match tls {
         None => rustix::net::send(fd, data, rustix::net::SendFlags::NOSIGNAL).map_err(io::Error::from),
         Some(t) if data.is_empty() => match tls::flush(t, fd)? {
@@ -953,7 +786,8 @@ fn send_on(tls: &mut Option<Box<ClientConnection>>, fd: &OwnedFd, data: &[u8]) -
 
 /// Reads from `fd` into `buf`'s spare room, through its TLS session when
 /// it has one.
-fn recv_on(tls: &mut Option<Box<ClientConnection>>, fd: &OwnedFd, buf: &mut Vec<u8>) -> io::Result<usize> {
+fn recv_on(hold: &mut Hold, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let (fd, tls) = hold.parts().ok_or(io::ErrorKind::NotConnected)?;
     match tls {
         None => sys::read_into(fd, buf),
         Some(t) => tls::recv(t, fd, buf),
@@ -980,14 +814,6 @@ fn pending<'a>(head: &'a [u8], body: &'a mut Body, sent: u64) -> io::Result<&'a 
             }
             let start = window.len() - (*pos - at) as usize;
             Ok(&window[start..])
-        }
-    }
-}
-
-impl Drop for Exchange {
-    fn drop(&mut self) {
-        if !self.tried.is_empty() {
-            self.release_server();
         }
     }
 }

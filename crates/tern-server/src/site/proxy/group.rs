@@ -3,7 +3,7 @@
 //! and the retry budget.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,6 @@ pub struct Server {
     pub address: Address,
     pub pool: Arc<Pool>,
     pub health: Arc<Health>,
-    /// Requests in flight to it (least connections).
-    pub active: AtomicUsize,
     /// For an HTTPS server: how its sessions start.
     pub tls: Option<tls::Client>,
 }
@@ -78,7 +76,6 @@ impl Group {
                 address: s.address.clone(),
                 pool: pools.get(format!("upstream {name}/{i}"), &s.address, s.max_connections.0),
                 health: Arc::new(Health::new(c.fail_after.0, c.fail_window.0, c.down_for.0)),
-                active: AtomicUsize::new(0),
                 tls,
             });
         }
@@ -128,7 +125,7 @@ impl Group {
             Some(HashKey::Uri) => req.target.as_bytes(),
             Some(HashKey::Header(name)) => req.values(name).next().unwrap_or_default(),
         };
-        let active = |i: usize| self.servers[i].active.load(Relaxed);
+        let active = |i: usize| self.servers[i].pool.in_flight.load(Relaxed);
         let pick = self.balancer.pick(key, active, |i| !tried.contains(&i) && self.servers[i].health.usable(now));
         // Every server down: the one that failed longest ago is tried
         // rather than none (a group that is all down answers nothing).

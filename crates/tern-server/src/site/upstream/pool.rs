@@ -165,6 +165,9 @@ pub struct Pool {
     cap: usize,
     state: Mutex<State>,
     pub stats: Stats,
+    /// Requests holding one of its connections or waiting for one (least
+    /// connections balances on it).
+    pub in_flight: AtomicUsize,
 }
 
 /// Open, idle and waiting, as the status page shows them.
@@ -183,7 +186,13 @@ impl Pool {
 
     pub fn new(address: Address, cap: usize, first: usize) -> Pool {
         let free = (first..first + cap).rev().collect();
-        Pool { address, cap, state: Mutex::new(State { free, ..State::default() }), stats: Stats::default() }
+        Pool {
+            address,
+            cap,
+            state: Mutex::new(State { free, ..State::default() }),
+            stats: Stats::default(),
+            in_flight: AtomicUsize::new(0),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
