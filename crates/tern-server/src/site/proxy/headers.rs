@@ -89,53 +89,70 @@ pub fn request_head(req: &Request<'_>, client: &Client<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `X-Forwarded-*`, `Forwarded` and `Via`.
+/// `X-Forwarded-*`, `Forwarded` and `Via`, written straight into `out`
+/// (nothing allocated on the way: this runs for every proxied request).
 fn forwarding(req: &Request<'_>, client: &Client<'_>, out: &mut Vec<u8>) {
-    let peer = client.peer.to_string();
+    use std::io::Write;
     let proto: &[u8] = if client.https { b"https" } else { b"http" };
-    let kept = |name: &str| -> Option<Vec<u8>> {
-        let values: Vec<&[u8]> = req.values(name).collect();
-        (client.trusted && !values.is_empty()).then(|| values.join(&b", "[..]))
-    };
-    let mut xff = kept("x-forwarded-for").unwrap_or_default();
-    if !xff.is_empty() {
-        xff.extend_from_slice(b", ");
-    }
-    xff.extend_from_slice(peer.as_bytes());
-    field(out, b"X-Forwarded-For", &xff);
-    field(out, b"X-Forwarded-Proto", &kept("x-forwarded-proto").unwrap_or_else(|| proto.to_vec()));
     let host = req.host.unwrap_or_default().as_bytes();
-    field(out, b"X-Forwarded-Host", &kept("x-forwarded-host").unwrap_or_else(|| host.to_vec()));
+    // A trusted proxy's own forwarding values are kept, and extended.
+    let kept = |out: &mut Vec<u8>, name: &str| client.trusted && joined(out, req.values(name));
+
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    if kept(out, "x-forwarded-for") {
+        out.extend_from_slice(b", ");
+    }
+    let _ = write!(out, "{}\r\n", client.peer);
+    out.extend_from_slice(b"X-Forwarded-Proto: ");
+    if !kept(out, "x-forwarded-proto") {
+        out.extend_from_slice(proto);
+    }
+    out.extend_from_slice(b"\r\nX-Forwarded-Host: ");
+    if !kept(out, "x-forwarded-host") {
+        out.extend_from_slice(host);
+    }
     // RFC 7239: an IPv6 address is quoted and bracketed; a host that is
     // not a token is quoted.
-    let mut fwd = kept("forwarded").unwrap_or_default();
-    if !fwd.is_empty() {
-        fwd.extend_from_slice(b", ");
+    out.extend_from_slice(b"\r\nForwarded: ");
+    if kept(out, "forwarded") {
+        out.extend_from_slice(b", ");
     }
-    match client.peer {
-        IpAddr::V4(_) => fwd.extend_from_slice(format!("for={peer}").as_bytes()),
-        IpAddr::V6(_) => fwd.extend_from_slice(format!("for=\"[{peer}]\"").as_bytes()),
-    }
+    let _ = match client.peer {
+        IpAddr::V4(peer) => write!(out, "for={peer}"),
+        IpAddr::V6(peer) => write!(out, "for=\"[{peer}]\""),
+    };
     if !host.is_empty() {
         let token = host.iter().all(|&b| tern_http::request::is_tchar(b));
-        fwd.extend_from_slice(b";host=");
+        out.extend_from_slice(b";host=");
         if token {
-            fwd.extend_from_slice(host);
+            out.extend_from_slice(host);
         } else {
-            fwd.push(b'"');
-            fwd.extend_from_slice(host);
-            fwd.push(b'"');
+            out.push(b'"');
+            out.extend_from_slice(host);
+            out.push(b'"');
         }
     }
-    fwd.extend_from_slice(b";proto=");
-    fwd.extend_from_slice(proto);
-    field(out, b"Forwarded", &fwd);
-    let mut via = req.values("via").collect::<Vec<_>>().join(&b", "[..]);
-    if !via.is_empty() {
-        via.extend_from_slice(b", ");
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(proto);
+    out.extend_from_slice(b"\r\nVia: ");
+    if joined(out, req.values("via")) {
+        out.extend_from_slice(b", ");
     }
-    via.extend_from_slice(if req.version == tern_http::request::Version::Http10 { b"1.0 tern" } else { b"1.1 tern" });
-    field(out, b"Via", &via);
+    out.extend_from_slice(if req.version == tern_http::request::Version::Http10 { b"1.0 tern" } else { b"1.1 tern" });
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes `values` joined by ", " into `out`; whether there was any.
+fn joined<'a>(out: &mut Vec<u8>, values: impl Iterator<Item = &'a [u8]>) -> bool {
+    let mut any = false;
+    for v in values {
+        if any {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(v);
+        any = true;
+    }
+    any
 }
 
 fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
