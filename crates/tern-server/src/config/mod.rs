@@ -18,6 +18,7 @@
 mod server;
 mod sites;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -32,6 +33,7 @@ use crate::site::cgi::config::Cgi;
 use crate::site::config::{SiteConfig, SiteKeys, SiteSections, SiteTable};
 use crate::site::fastcgi::config::FastCgi;
 use crate::site::internal::Status;
+use crate::site::proxy::config::Upstream;
 use crate::static_io::StaticFiles;
 use crate::tls::Tls;
 use crate::values::{rebase, Origin};
@@ -61,6 +63,9 @@ pub struct Config {
     pub compression: Compression,
     pub tls: Tls,
     pub staged: Staged,
+    /// Upstream groups of HTTP servers, by name, for the locations' `proxy`.
+    /// Default: none.
+    pub upstream: BTreeMap<String, Upstream>,
     /// Virtual hosts, each with its host names, settings and locations.
     /// Default: none.
     #[serde(rename = "site")]
@@ -106,6 +111,11 @@ impl Config {
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(ConfigError::Rule(format!("{}: {message}", config.at(section, key))));
         }
+        for (name, upstream) in &config.upstream {
+            if let Some((key, message)) = upstream.broken_rule() {
+                return Err(ConfigError::Rule(format!("{}: {message}", config.at(&format!("upstream.{name}"), key))));
+            }
+        }
         if let Some(dir) = origin.parent() {
             if config.server.root.is_relative() {
                 config.server.root = dir.join(&config.server.root);
@@ -120,6 +130,11 @@ impl Config {
             }
             for site in &mut config.sites {
                 site.rebase(dir);
+            }
+            for server in config.upstream.values_mut().flat_map(|u| &mut u.servers) {
+                if let Some(ca) = &mut server.ca {
+                    rebase(ca, dir);
+                }
             }
         }
         Ok(config)
@@ -254,6 +269,7 @@ impl Config {
             staged: s.model == Model::Staged,
             io_pool_threads: self.io_pool_threads(),
             origin: &self.origin,
+            upstreams: &self.upstream,
         }
     }
 
@@ -285,7 +301,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::site::fastcgi::config::FastCgiAddress;
+    use crate::site::upstream::address::Address;
     use crate::values::{Bytes, NonZero, UrlPrefix};
 
     fn parse(text: &str) -> Result<Config, String> {
@@ -477,11 +493,11 @@ mod tests {
         )
         .unwrap();
         let php = &c.fastcgi.backends["php"];
-        assert_eq!(php.address, FastCgiAddress::Unix("/tmp/php.sock".into()));
+        assert_eq!(php.address, Address::Unix("/tmp/php.sock".into()));
         assert_eq!((php.max_connections, php.keep_conn, php.check_file), (NonZero(8), true, true));
         assert_eq!(php.connect_timeout.0, Duration::from_secs(2));
         let app = &c.fastcgi.backends["app"];
-        assert_eq!(app.address, FastCgiAddress::Tcp("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!(app.address, Address::Tcp("127.0.0.1:9000".parse().unwrap()));
         assert_eq!((app.max_connections, app.read_timeout.0), (NonZero(3), Duration::from_millis(500)));
         assert_eq!(app.prefixes, [UrlPrefix("/app".into())]);
         for (text, needle) in [

@@ -380,6 +380,12 @@ impl Conn {
                     }
                 }
                 Phase::Backend => {
+                    // A tunnel (after `101`): the client's bytes go up too.
+                    match self.tunnel_up(w) {
+                        Some(true) => continue,
+                        Some(false) => {}
+                        None => return Status::Closed,
+                    }
                     // Read on while the program has more (so a short answer
                     // leaves in one write), then flush.
                     let ready = self.backend.as_ref().is_some_and(|b| b.job.ready());

@@ -5,6 +5,7 @@
 pub mod chromium;
 pub mod lab;
 pub mod tls;
+pub mod upstream;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};

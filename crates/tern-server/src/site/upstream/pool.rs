@@ -1,4 +1,5 @@
-//! One backend's connections, shared by all workers: idle kept-alive
+//! One backend's connections (a FastCGI application's, an HTTP upstream
+//! server's), shared by all workers: idle kept-alive
 //! connections, places (by id) for at most the cap of them open, and a
 //! queue of requests waiting for one.
 //!
@@ -36,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::config::FastCgiAddress;
+use super::address::Address;
 use crate::sys;
 use crate::worker::Doorbell;
 
@@ -52,8 +53,11 @@ pub struct Link {
     pub home: Option<Arc<Doorbell>>,
     /// Bytes of its last reply still queued on it (see [`ReplyReader`]).
     ///
-    /// [`ReplyReader`]: super::reply::ReplyReader
+    /// [`ReplyReader`]: crate::site::fastcgi::reply::ReplyReader
     pub owed: usize,
+    /// Its TLS session, for an HTTPS upstream: kept with the connection, so
+    /// reusing it costs no handshake.
+    pub tls: Option<Box<rustls::ClientConnection>>,
 }
 
 /// What a freed place in the pool becomes for a waiting request.
@@ -157,10 +161,13 @@ impl State {
 }
 
 pub struct Pool {
-    address: FastCgiAddress,
+    address: Address,
     cap: usize,
     state: Mutex<State>,
     pub stats: Stats,
+    /// Requests holding one of its connections or waiting for one (least
+    /// connections balances on it).
+    pub in_flight: AtomicUsize,
 }
 
 /// Open, idle and waiting, as the status page shows them.
@@ -173,16 +180,19 @@ pub struct Snapshot {
 impl Pool {
     /// A pool of `cap` places, with ids from `first` on.
     /// Where its backend listens, as configured.
-    pub fn address(&self) -> String {
-        match &self.address {
-            FastCgiAddress::Unix(path) => format!("unix:{}", path.display()),
-            FastCgiAddress::Tcp(addr) => addr.to_string(),
-        }
+    pub fn address(&self) -> &Address {
+        &self.address
     }
 
-    pub fn new(address: FastCgiAddress, cap: usize, first: usize) -> Pool {
+    pub fn new(address: Address, cap: usize, first: usize) -> Pool {
         let free = (first..first + cap).rev().collect();
-        Pool { address, cap, state: Mutex::new(State { free, ..State::default() }), stats: Stats::default() }
+        Pool {
+            address,
+            cap,
+            state: Mutex::new(State { free, ..State::default() }),
+            stats: Stats::default(),
+            in_flight: AtomicUsize::new(0),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -303,8 +313,8 @@ impl Pool {
     pub fn connect(&self) -> io::Result<(OwnedFd, bool)> {
         self.stats.connects.fetch_add(1, Relaxed);
         let (domain, addr) = match &self.address {
-            FastCgiAddress::Unix(path) => (Domain::UNIX, SockAddr::unix(path)?),
-            FastCgiAddress::Tcp(a) => (Domain::for_address(*a), SockAddr::from(*a)),
+            Address::Unix(path) => (Domain::UNIX, SockAddr::unix(path)?),
+            Address::Tcp(a) => (Domain::for_address(*a), SockAddr::from(*a)),
         };
         let sock = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), None)?;
         if domain != Domain::UNIX {
@@ -325,6 +335,37 @@ impl Pool {
 
     pub fn cap(&self) -> usize {
         self.cap
+    }
+}
+
+/// Every pool of a server, by a key its owner chooses: a FastCGI backend
+/// of the top-level `[fastcgi]` has one pool whichever sites inherit it
+/// (`NAME`), a backend a site defines its own (`SITE/NAME`), an upstream
+/// server its own (`upstream NAME/N`). Their places' ids run on from one
+/// pool to the next.
+#[derive(Default)]
+pub struct Pools {
+    /// `NAME` for a top-level backend, `SITE/NAME` for a site's own.
+    pools: Vec<(String, Arc<Pool>)>,
+    /// How many places all pools have: their ids are below.
+    pub links: usize,
+}
+
+impl Pools {
+    /// Each pool once, with its backend's name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Pool)> {
+        self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
+    }
+
+    /// The pool of `key`, made with `cap` places the first time.
+    pub fn get(&mut self, key: String, address: &Address, cap: usize) -> Arc<Pool> {
+        if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
+            return pool.clone();
+        }
+        let pool = Arc::new(Pool::new(address.clone(), cap, self.links));
+        self.links += cap;
+        self.pools.push((key, pool.clone()));
+        pool
     }
 }
 
@@ -353,12 +394,12 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     fn pool(cap: usize) -> Pool {
-        Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), cap, 0)
+        Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), cap, 0)
     }
 
     fn link(home: Option<&Arc<Doorbell>>) -> Link {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        Link { id: 0, fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), owed: 0 }
+        Link { id: 0, fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), owed: 0, tls: None }
     }
 
     fn rung(bell: &Doorbell) -> Vec<usize> {
@@ -375,7 +416,7 @@ mod tests {
     #[test]
     fn never_past_the_cap_and_first_come_first_served() {
         // The second backend's pool: its places are 3 and 4.
-        let p = Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 2, 3);
+        let p = Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), 2, 3);
         let Checkout::Connect(a) = p.checkout(None).unwrap() else { panic!("a place") };
         let Checkout::Connect(b) = p.checkout(None).unwrap() else { panic!("a place") };
         assert_eq!((a, b), (3, 4));
