@@ -22,10 +22,14 @@
 #   -r, --reps N            repetitions (median reported)    REPS=3
 #   -w, --workers N         server workers/threads           WORKERS=2
 #   -s, --servers LIST      comma list of nginx,lighttpd,h2o,minimal,
-#                           tern-default,tern-sendfile,tern-mmap,tern-read
-#                                                            SERVERS=all
+#                           tern-default,tern-sendfile,tern-mmap,tern-read,
+#                           tern-uring,tern-uring-io
+#                                                            SERVERS=all but
+#                                                            the uring ones
 #                           (tern-default: no --io, i.e. static.io = "auto"; its
-#                           decision is saved as io.json beside its logs)
+#                           decision is saved as io.json beside its logs;
+#                           tern-uring: --model uring, static.io "auto";
+#                           tern-uring-io: --model uring --io uring)
 #   -z, --sizes LIST        comma list of 1k,40k,1m          SIZES=1k,40k,1m
 #       --warmup S          warm-up seconds per size         WARMUP=1
 #       --strace-duration S syscall-count run seconds        STRACE_DUR=3
@@ -50,6 +54,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/lib/common.sh
 source "$ROOT/bench/lib/common.sh"
+# shellcheck source=bench/lib/servers.sh
+source "$ROOT/bench/lib/servers.sh"
 
 DUR=${DUR:-10}
 CONNS=${CONNS:-64}
@@ -68,7 +74,7 @@ NO_RSS=${NO_RSS:-0}
 SEQUENTIAL=${SEQUENTIAL:-0}
 
 readonly PACKAGES=(nginx lighttpd h2o wrk strace curl gcc libc6-dev python3 procps iproute2 util-linux)
-readonly ALL_SERVERS=(nginx lighttpd h2o minimal tern-default tern-sendfile tern-mmap tern-read)
+readonly ALL_SERVERS=(nginx lighttpd h2o minimal tern-default tern-sendfile tern-mmap tern-read tern-uring tern-uring-io)
 declare -A SIZE_BYTES=([1k]=1024 [40k]=40960 [1m]=1048576)
 
 parse_args() {
@@ -127,17 +133,6 @@ setup() {
     write_meta
 }
 
-# Files of exactly 1 KiB, 40 KiB and 1 MiB with deterministic content.
-make_docroot() {
-    DOCROOT=$OUT/docroot
-    mkdir -p "$DOCROOT"
-    local size
-    for size in "${!SIZE_BYTES[@]}"; do
-        head -c "${SIZE_BYTES[$size]}" \
-            < <(yes 'tern static benchmark: the same bytes every run. 0123456789abcdefghijklmnopqrstuvwxyz') \
-            >"$DOCROOT/$size.bin"
-    done
-}
 
 build_tern() {
     local s want=0
@@ -176,133 +171,6 @@ write_meta() {
         printf 'pinning\t%s\n' "$( ((PIN)) && echo "server on CPU $SERVER_CPUS, load generator on CPU $CLIENT_CPUS" || echo none)"
         printf 'clk_tck\t%s\n' "$(getconf CLK_TCK)"
     } >"$meta"
-}
-
-# ---------------------------------------------------------------- servers
-
-# render TEMPLATE OUTFILE MAXCONN: fill in a config template.
-render() {
-    sed -e "s|@PORT@|$PORT|g" -e "s|@WORKERS@|$WORKERS|g" -e "s|@RUNDIR@|$RUNDIR|g" \
-        -e "s|@DOCROOT@|$DOCROOT|g" -e "s|@MAXCONN@|$3|g" -e "s|@MAXFDS@|$MAXFDS|g" "$1" >"$2"
-    if grep -v '^[[:space:]]*#' "$2" | grep -q '@[A-Z]*@'; then bench_die "unfilled placeholder in $2"; fi
-}
-
-# start_server NAME PHASE: start it in $OUT/NAME-PHASE; sets SRV_PID and PORT.
-# Returns 1 (after saying why) when it does not come up.
-start_server() {
-    local name=$1 phase=$2
-    RUNDIR=$OUT/$name-$phase
-    mkdir -p "$RUNDIR"
-    PORT=$(free_port)
-    local -a cmd
-    case $name in
-        nginx)
-            # worker_connections is per worker.
-            render "$ROOT/bench/peers/nginx.conf.tmpl" "$RUNDIR/nginx.conf" $((MAXFDS / 2 < 10000 ? MAXFDS / 2 : 10000))
-            cmd=(nginx -e "$RUNDIR/error.log" -c "$RUNDIR/nginx.conf" -p "$RUNDIR/") ;;
-        lighttpd)
-            # lighttpd caps max-connections at max-fds/2, per worker process.
-            render "$ROOT/bench/peers/lighttpd.conf.tmpl" "$RUNDIR/lighttpd.conf" $((MAXFDS / 2 < 10000 ? MAXFDS / 2 : 10000))
-            cmd=(lighttpd -D -f "$RUNDIR/lighttpd.conf") ;;
-        h2o)
-            render "$ROOT/bench/peers/h2o.conf.tmpl" "$RUNDIR/h2o.conf" $((MAXFDS - 100 < 20000 ? MAXFDS - 100 : 20000))
-            cmd=(h2o -c "$RUNDIR/h2o.conf") ;;
-        minimal)
-            cmd=("$OUT/responder" -a 127.0.0.1 -p "$PORT" -t "$WORKERS" -s 1024) ;;
-        tern-*)
-            if [[ $TERN_OK != 1 ]]; then return 1; fi
-            render "${TERN_TEMPLATE:-$ROOT/bench/peers/tern.toml.tmpl}" "$RUNDIR/tern.toml" $((MAXFDS - 100 < 20000 ? MAXFDS - 100 : 20000))
-            cmd=("$TERN_BIN" serve "$DOCROOT" --listen "127.0.0.1:$PORT" --workers "$WORKERS"
-                 --access-log off --config "$RUNDIR/tern.toml")
-            [[ $name == tern-default ]] || cmd+=(--io "${name#tern-}") ;;
-    esac
-    printf '%q ' "${cmd[@]}" >"$RUNDIR/command.txt"
-    # Own session and process group: lighttpd signals its whole process group
-    # (kill(0, SIGTERM)) when it stops, which would otherwise include us.
-    setsid "${SERVER_PIN[@]}" "${cmd[@]}" >"$RUNDIR/stdout.log" 2>"$RUNDIR/stderr.log" </dev/null &
-    SRV_PID=$!
-    BENCH_PIDS+=("$SRV_PID")
-    local probe=/1k.bin
-    if ! wait_http "http://127.0.0.1:$PORT$probe" "$SRV_PID" 15; then
-        local why
-        why=$(tail -q -n 5 "$RUNDIR/stderr.log" "$RUNDIR/error.log" 2>/dev/null | tr '\n' ' ' | cut -c1-400)
-        stop_tree "$SRV_PID"
-        if [[ $name == tern-* ]]; then
-            bench_banner "tern ($name) did not start: its rows are SKIPPED." \
-                         "command: $(cat "$RUNDIR/command.txt")" "output: $why"
-        else
-            bench_banner "$name did not start; its rows are missing." "output: $why"
-        fi
-        echo "$name: did not start ($phase): $why" >>"$SKIPS"
-        return 1
-    fi
-    # After the start-up calibration: its reader threads may run anywhere.
-    [[ $name != tern-default ]] || save_io_decision
-    check_pinning "$name"
-    return 0
-}
-
-# The default config measures its I/O methods at start (static.io = "auto"):
-# wait for the decision (wait_calibrated) and keep it, as the status page says it.
-save_io_decision() {
-    wait_calibrated "http://127.0.0.1:$PORT" "$RUNDIR/status.json" || true
-    python3 -c 'import json,sys; json.dump(json.load(open(sys.argv[1]))["io"], open(sys.argv[2], "w"))' \
-        "$RUNDIR/status.json" "$RUNDIR/io.json" 2>/dev/null || true
-    bench_log "tern-default: static.io decision: $(python3 -c 'import json,sys; io=json.load(open(sys.argv[1])); print(io["source"], "; ".join(c["class"] + " " + c["method"] for c in io["classes"]))' "$RUNDIR/io.json" 2>/dev/null || echo unknown)"
-}
-
-# Warn when a server moved some of its threads off the CPUs we gave it.
-check_pinning() {
-    [[ $PIN == 1 ]] || return 0
-    local pid st list bad=0
-    for pid in $(proc_tree "$SRV_PID"); do
-        for st in /proc/"$pid"/task/*/status; do
-            list=$(awk '/^Cpus_allowed_list/ {print $2}' "$st" 2>/dev/null) || continue
-            [[ -z $list || $list == "$SERVER_CPUS" ]] || bad=1
-        done
-    done
-    ((bad == 0)) || bench_banner "$1 runs threads outside CPU $SERVER_CPUS (it sets its own affinity):" \
-                                 "its numbers are not pinned like the others'."
-}
-
-stop_server() {
-    stop_tree "$SRV_PID"
-    forget_pid "$SRV_PID"
-}
-
-# Every file must come back whole and identical (the minimal responder only
-# answers 1 KiB and ignores what is asked). Prints the problem and returns 1.
-verify_content() {
-    local name=$1 size got
-    for size in "${SIZE_LIST[@]}"; do
-        if [[ $name == minimal ]]; then
-            [[ $size == 1k ]] || continue
-            got=$(curl -s -m 5 -o /dev/null -w '%{size_download}' "http://127.0.0.1:$PORT/$size.bin") || true
-            [[ $got == 1024 ]] || { echo "minimal responder sent ${got:-no} bytes, not 1024"; return 1; }
-            continue
-        fi
-        if ! curl -sf -m 10 -o "$RUNDIR/check-$size.bin" "http://127.0.0.1:$PORT/$size.bin"; then
-            echo "GET /$size.bin failed"; return 1
-        fi
-        if ! cmp -s "$RUNDIR/check-$size.bin" "$DOCROOT/$size.bin"; then
-            echo "/$size.bin: the body differs from the docroot file (kept as $RUNDIR/check-$size.bin)"
-            return 1
-        fi
-        rm -f "$RUNDIR/check-$size.bin"
-    done
-}
-
-# start_checked NAME PHASE: start_server, then verify_content; on a failure
-# says so loudly, records the skip and returns 1.
-start_checked() {
-    local name=$1 phase=$2 problem
-    start_server "$name" "$phase" || return 1
-    if ! problem=$(verify_content "$name"); then
-        bench_banner "$name serves wrong content: its rows are SKIPPED." "$problem"
-        echo "$name: wrong content: $problem" >>"$SKIPS"
-        stop_server
-        return 1
-    fi
 }
 
 # ---------------------------------------------------------------- measuring

@@ -22,7 +22,7 @@ readonly LOCK_FILE=/var/lock/tern-ensure-packages.lock
 readonly POLICY_RC=/usr/sbin/policy-rc.d
 # Daemons whose maintainer scripts start a service we never want running
 # (shell patterns matched against init script / unit names).
-readonly SERVICE_PATTERNS=(nginx lighttpd h2o 'php*-fpm' fcgiwrap apache2)
+readonly SERVICE_PATTERNS=(nginx lighttpd h2o haproxy caddy 'php*-fpm' fcgiwrap apache2)
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }
 log() { echo "$PROG: $*" >&2; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests need (only those missing) and runs
 # every test: the Rust workspace (unit and end-to-end), the C gateway
-# library, and a short fuzz smoke of the request parser.
+# library, and a short fuzz smoke of the request and response parsers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,9 +15,11 @@ cd "$(dirname "$0")/.."
 # fuse3 (fusermount3) and python3-fusepy mount the slow file system of the
 # slow-disk test; hyperfine is the reference the probe's command timing is
 # checked against; wrk drives the sites' reload under load, checking every
-# response with a script. bench/soak.sh installs what it needs itself.
+# response with a script; python3-websockets is the WebSocket echo server and
+# client of the proxy tests (their Go and Node upstreams use the machine's Go
+# and Node). bench/soak.sh installs what it needs itself.
 scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium \
-    fuse3 python3-fusepy hyperfine wrk
+    fuse3 python3-fusepy hyperfine wrk python3-websockets
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test
@@ -30,13 +32,20 @@ cargo test --workspace --locked
 
 # The end-to-end suite once more per thread model (the run above was the
 # default, event): one suite, the model picked by $TERN_MODEL in the harness.
-for model in pool staged per-request; do
+# uring moves the bytes itself (completion I/O), so it also runs the tests
+# of TLS, slow disks, service records and the rest that start a server.
+suite=(--test static_files --test static_io --test corpus --test traversal --test hidden_files
+    --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings
+    --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst
+    --test operations --test reload --test sites --test proxy)
+for model in pool staged per-request uring; do
     echo "== end-to-end suite, server.model = $model"
-    TERN_MODEL=$model cargo test -p tern --locked \
-        --test static_files --test static_io --test corpus --test traversal --test hidden_files \
-        --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings \
-        --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst \
-        --test operations --test reload --test sites
+    extra=()
+    if [ "$model" = uring ]; then
+        extra=(--test tls --test slow_disk --test service_records --test demo_site --test fastcgi_files
+            --test ports --test privileges --test program_sources)
+    fi
+    TERN_MODEL=$model cargo test -p tern --locked "${suite[@]}" "${extra[@]}"
 done
 
 # A minute of mixed load while every fault of the soak hits the server once

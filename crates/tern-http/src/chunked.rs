@@ -1,4 +1,10 @@
-//! Strict decoding of `Transfer-Encoding: chunked` request bodies.
+//! Strict decoding of `Transfer-Encoding: chunked` bodies: request bodies,
+//! and the upstream responses the reverse proxy relays.
+//!
+//! Only the data comes out: extensions and trailer fields are checked and
+//! dropped (a proxy must not forward what it cannot vouch for, RFC 9110
+//! §6.5.1). The decoder sets no limit on the body's size; its caller does
+//! (a request's maximum body; none for a response relayed as it streams).
 //!
 //! A byte-at-a-time state machine for the framing (sizes, extensions,
 //! trailers) and bulk slices for the data, so a body split anywhere decodes
@@ -18,7 +24,8 @@ pub const MAX_TRAILER_BYTES: usize = 8192;
 /// 16 hex digits fill a u64.
 const MAX_SIZE_DIGITS: u8 = 16;
 
-/// A framing error; the request is answered `400` and the connection closed.
+/// A framing error: a request is answered `400`, an upstream response `502`;
+/// the connection is closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkError(pub &'static str);
 
@@ -373,6 +380,27 @@ mod tests {
             b"0\r\nX: a\x01b\r\n\r\n",
             b"-1\r\n",
         ] {
+            assert!(decode_in_steps(bad, 4096).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    /// An upstream's body: chunks far larger than a request's body limit
+    /// stream through in slices, the trailer is dropped, the next response
+    /// starts right after.
+    #[test]
+    fn decodes_response_bodies() {
+        let mut dec = ChunkedDecoder::new();
+        assert_eq!(dec.decode(b"7FFFFFFFFFFFFFFF\r\n").unwrap(), (18, Chunk::NeedMore));
+        assert_eq!(dec.decode(b"abc").unwrap(), (3, Chunk::Data(b"abc")));
+        assert!(!dec.is_done());
+
+        let body = b"10000\r\n".iter().chain(&[b'x'; 0x10000]).chain(b"\r\n0\r\nServer-Timing: db;dur=53\r\n\r\n");
+        let body: Vec<u8> = body.copied().collect();
+        let (data, done, used) = decode_in_steps(&[&body[..], b"HTTP/1.1 200 OK\r\n"].concat(), 1000).unwrap();
+        assert_eq!((data.len(), done, used), (0x10000, true, body.len()));
+
+        for bad in [&b"zz\r\nhello\r\n0\r\n\r\n"[..], b"0x5\r\nhello\r\n", b"5\r\nhello!\r\n", b"10000000000000000\r\n"]
+        {
             assert!(decode_in_steps(bad, 4096).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }
     }

@@ -4,12 +4,15 @@
 //! server feeds received bytes to [`request::parse_head`] and
 //! [`chunked::ChunkedDecoder`], asks [`range`], [`conditional`] and
 //! [`accept_encoding`] for decisions, and writes heads with [`response`].
+//! The reverse proxy reads its upstreams' answers with
+//! [`response_head::parse_response`], as strict as the request parser.
 //! Everything is therefore testable, and fuzzable, on byte strings.
 
 pub mod accept_encoding;
 pub mod chunked;
 pub mod conditional;
 pub mod date;
+mod fields;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod host;
@@ -19,6 +22,8 @@ pub mod qlist;
 pub mod range;
 pub mod request;
 pub mod response;
+pub mod response_head;
 
 pub use method::Method;
 pub use request::{parse_head, Error, Head, Limits, Request, Version};
+pub use response_head::{parse_response, Framing, Parsed, RequestKind, ResponseError, ResponseHead};

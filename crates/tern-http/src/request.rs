@@ -8,8 +8,9 @@
 //! with `Transfer-Encoding`, a coding after `chunked`, a missing or repeated
 //! `Host` — each is an error and the connection is closed after the answer.
 
-use memchr::{memchr, memchr2_iter, memmem};
+use memchr::memchr;
 
+use crate::fields::{list, parse_content_length, parse_section, trim_ows, ConnectionOptions, SectionError};
 use crate::host::valid_authority;
 use crate::method::Method;
 
@@ -209,77 +210,19 @@ pub fn parse_head<'a>(
         return Err(Error::UriTooLong);
     }
     let line = parse_request_line(&buf[start..line_end - 1])?;
-    let fields_start = line_end + 1;
-
-    // The head ends at the first empty line; the request line's own CRLF
-    // may be the first half of it.
-    let Some(blank) = memmem::find(&buf[line_end - 1..], b"\r\n\r\n") else {
-        if buf.len() - start > limits.max_head_bytes {
-            return Err(Error::HeadersTooLarge);
-        }
-        check_partial_fields(&buf[fields_start..], limits, fields)?;
-        return Ok(Head::Partial { line_complete: true });
-    };
-    let head_end = line_end - 1 + blank + 4;
-    if head_end - start > limits.max_head_bytes {
-        return Err(Error::HeadersTooLarge);
-    }
-    let block = &buf[fields_start..head_end];
-    if !line_endings_ok(block, false) {
-        return Err(Error::BadRequest("bare CR or LF in header section"));
-    }
-    let max = limits.max_headers.min(fields.len());
-    let headers = match httparse::parse_headers(block, &mut fields[..max]) {
-        Ok(httparse::Status::Complete((_, headers))) => headers,
-        Ok(httparse::Status::Partial) => return Err(Error::BadRequest("malformed header section")),
-        Err(err) => return Err(field_error(err)),
-    };
-    build_request(line, headers, head_end).map(Head::Complete)
-}
-
-/// Rejects a header section that is already invalid before its end
-/// arrives, so a slow client learns early and cannot hold a slot for a
-/// request that can never be served.
-fn check_partial_fields<'a>(
-    bytes: &'a [u8],
-    limits: &Limits,
-    fields: &'a mut [httparse::Header<'a>],
-) -> Result<(), Error> {
-    let complete_lines = memchr::memrchr(b'\n', bytes).map_or(0, |i| i + 1);
-    if !line_endings_ok(&bytes[..complete_lines], true) {
-        return Err(Error::BadRequest("bare CR or LF in header section"));
-    }
-    let max = limits.max_headers.min(fields.len());
-    match httparse::parse_headers(bytes, &mut fields[..max]) {
-        Err(err) => Err(field_error(err)),
-        Ok(_) => Ok(()),
+    match parse_section(buf, start, line_end, limits.max_head_bytes, limits.max_headers, fields)? {
+        None => Ok(Head::Partial { line_complete: true }),
+        Some((headers, head_end)) => build_request(line, headers, head_end).map(Head::Complete),
     }
 }
 
-fn field_error(err: httparse::Error) -> Error {
-    match err {
-        httparse::Error::TooManyHeaders => Error::HeadersTooLarge,
-        httparse::Error::HeaderName => Error::BadRequest("invalid header field name"),
-        httparse::Error::HeaderValue => Error::BadRequest("invalid header field value"),
-        _ => Error::BadRequest("malformed header section"),
-    }
-}
-
-/// Every CR is followed by LF and every LF preceded by CR. With `partial`,
-/// a CR may end the bytes (its LF has not arrived yet).
-fn line_endings_ok(bytes: &[u8], partial: bool) -> bool {
-    let mut hits = memchr2_iter(b'\r', b'\n', bytes);
-    while let Some(i) = hits.next() {
-        if bytes[i] != b'\r' {
-            return false;
-        }
-        match hits.next() {
-            Some(j) if j == i + 1 && bytes[j] == b'\n' => {}
-            None if partial && i + 1 == bytes.len() => {}
-            _ => return false,
+impl From<SectionError> for Error {
+    fn from(err: SectionError) -> Self {
+        match err {
+            SectionError::TooLarge => Error::HeadersTooLarge,
+            SectionError::Invalid(why) => Error::BadRequest(why),
         }
     }
-    true
 }
 
 struct RequestLine<'a> {
@@ -391,27 +334,6 @@ fn classify_target(method: Method, target: &str) -> Result<Target<'_>, Error> {
     Ok(Target { form: TargetForm::Absolute, path, query, authority: Some(authority) })
 }
 
-fn trim_ows(mut v: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = v {
-        v = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = v {
-        v = rest;
-    }
-    v
-}
-
-/// Decimal `Content-Length` without sign, spaces or overflow.
-fn parse_content_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.iter().try_fold(
-        0u64,
-        |n, &d| if d.is_ascii_digit() { n.checked_mul(10)?.checked_add(u64::from(d - b'0')) } else { None },
-    )
-}
-
 fn build_request<'a>(
     line: RequestLine<'a>,
     headers: &'a [httparse::Header<'a>],
@@ -427,8 +349,7 @@ fn build_request<'a>(
     let mut chunked_last = false;
     let mut chunked_count = 0;
     let mut other_codings = false;
-    let mut close = false;
-    let mut keep_alive_token = false;
+    let mut connection = ConnectionOptions::default();
     let mut expect_continue = false;
 
     for h in headers {
@@ -450,12 +371,7 @@ fn build_request<'a>(
             7 if is("referer") => fields.referer = Some(value),
             8 if is("if-match") => fields.has_if_match = true,
             8 if is("if-range") => fields.if_range = Some(value),
-            10 if is("connection") => {
-                for token in value.split(|&b| b == b',').map(trim_ows) {
-                    close |= token.eq_ignore_ascii_case(b"close");
-                    keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
-                }
-            }
+            10 if is("connection") => connection.add(value),
             10 if is("user-agent") => fields.user_agent = Some(value),
             12 if is("content-type") => fields.content_type = Some(value),
             13 if is("if-none-match") => fields.has_if_none_match = true,
@@ -469,7 +385,7 @@ fn build_request<'a>(
                 if value.is_empty() {
                     return Err(Error::BadRequest("empty Transfer-Encoding"));
                 }
-                for coding in value.split(|&b| b == b',').map(trim_ows).filter(|c| !c.is_empty()) {
+                for coding in list(value).filter(|c| !c.is_empty()) {
                     chunked_last = coding.eq_ignore_ascii_case(b"chunked");
                     if chunked_last {
                         chunked_count += 1;
@@ -519,10 +435,7 @@ fn build_request<'a>(
             None => BodyFraming::None,
         }
     };
-    let keep_alive = match line.version {
-        Version::Http11 => !close,
-        Version::Http10 => keep_alive_token && !close,
-    };
+    let keep_alive = connection.persistent(line.version == Version::Http10);
     Ok(Request {
         request_line: line.line,
         method: line.method,

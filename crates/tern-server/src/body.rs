@@ -51,9 +51,15 @@ pub enum Flushed {
     /// the page cache: read them in the I/O pool, then
     /// [`OutQueue::insert_read`] them.
     Cold { file: Arc<OpenFile>, offset: u64, len: usize },
+    /// The next bytes to send are in a file region sent by the `uring`
+    /// method: read them through the engine's ring, then
+    /// [`OutQueue::insert_read`] them. `cached`: they are known to be in
+    /// the page cache.
+    Fetch { file: Arc<OpenFile>, offset: u64, len: usize, cached: bool },
 }
 
-/// Most bytes of a cold file region read by one pool task.
+/// Most bytes of a cold file region read by one pool task, and of a
+/// region the `uring` method reads at once.
 const COLD_READ: u64 = 256 * 1024;
 
 /// Most segments gathered into one `sendmsg`.
@@ -77,6 +83,107 @@ pub struct OutQueue {
     /// File pages not in the page cache are read in the I/O pool, never
     /// here (the connection runs on a reactor).
     offload: bool,
+    /// The bytes of a send through a ring in flight (gathered from the
+    /// front, which stays until it completes); `None` also once the queue
+    /// was cleared meanwhile.
+    in_flight: Option<usize>,
+}
+
+/// See [`OutQueue::gather`].
+struct Gathered<'q> {
+    iov: [IoSlice<'q>; MAX_IOV],
+    count: usize,
+    want: usize,
+    /// More follows what was gathered (`MSG_MORE`).
+    more: bool,
+    /// A mapped file among them: a fault is that file's shrinking.
+    mapped: Option<&'q Arc<OpenFile>>,
+}
+
+impl<'q> Gathered<'q> {
+    fn push(&mut self, bytes: &'q [u8]) {
+        self.iov[self.count] = IoSlice::new(bytes);
+        self.count += 1;
+        self.want += bytes.len();
+    }
+}
+
+/// A `sendmsg` submitted through an engine's ring: what the kernel reads
+/// until it completes, held apart from the queue — the queue's own bytes
+/// copied (heads, small bodies: a few hundred bytes, a few KiB at most),
+/// shared bodies and mapped files kept alive — so nothing the connection
+/// does meanwhile (another answer queued, the queue cleared, the
+/// connection closed) moves or frees them. Boxed and reused by the engine.
+pub struct Sending {
+    bytes: Vec<u8>,
+    shared: Vec<Arc<dyn AsRef<[u8]> + Send + Sync>>,
+    files: Vec<Arc<OpenFile>>,
+    iov: [libc::iovec; MAX_IOV],
+    count: usize,
+    msg: libc::msghdr,
+    len: usize,
+    more: bool,
+    mapped: Option<Arc<OpenFile>>,
+}
+
+impl Sending {
+    pub fn new() -> Box<Sending> {
+        Box::new(Sending {
+            bytes: Vec::new(),
+            shared: Vec::new(),
+            files: Vec::new(),
+            iov: [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_IOV],
+            count: 0,
+            // SAFETY: an all-zero msghdr is an empty one.
+            msg: unsafe { std::mem::zeroed() },
+            len: 0,
+            more: false,
+            mapped: None,
+        })
+    }
+
+    /// The message to submit; it and what it points to stay valid while
+    /// this is neither changed nor dropped.
+    pub fn msghdr(&mut self) -> *const libc::msghdr {
+        self.msg.msg_iov = self.iov.as_mut_ptr();
+        self.msg.msg_iovlen = self.count;
+        &self.msg
+    }
+
+    /// The send's flags: `MSG_MORE` when a region sent otherwise follows.
+    pub fn flags(&self) -> u32 {
+        (libc::MSG_NOSIGNAL | if self.more { libc::MSG_MORE } else { 0 }) as u32
+    }
+
+    /// What a completion's `result` says: the bytes sent, or why none
+    /// were (a fault in a mapped file is that file's shrinking).
+    pub fn outcome(&self, result: i32) -> io::Result<usize> {
+        match result {
+            0 if self.len > 0 => Err(io::Error::new(io::ErrorKind::WriteZero, "socket took no bytes")),
+            n if n >= 0 => Ok(n as usize),
+            e => Err(fault(io::Error::from_raw_os_error(-e), self.mapped.as_ref())),
+        }
+    }
+
+    /// Lets go of what the last send kept (its bytes' room stays).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.shared.clear();
+        self.files.clear();
+        self.mapped = None;
+        self.count = 0;
+        self.len = 0;
+    }
+}
+
+/// A send's error: a fault with a mapped file among its bytes means the
+/// kernel read past the file's new end (a mapping never faults in user
+/// space).
+fn fault(e: io::Error, mapped: Option<&Arc<OpenFile>>) -> io::Error {
+    match mapped {
+        Some(file) if e.raw_os_error() == Some(libc::EFAULT) => file.shrank(),
+        _ => e,
+    }
 }
 
 impl OutQueue {
@@ -92,6 +199,7 @@ impl OutQueue {
             committed: 0,
             written: 0,
             offload,
+            in_flight: None,
         }
     }
 
@@ -114,7 +222,9 @@ impl OutQueue {
     /// Can another response be queued behind this one and leave in the same
     /// `sendmsg`? True while everything queued is in memory or mapped.
     pub fn gathers(&self) -> bool {
-        self.segments.iter().all(|s| !matches!(s, Segment::File { method: IoMethod::Sendfile | IoMethod::Read, .. }))
+        self.segments.iter().all(|s| {
+            matches!(s, Segment::Buf { .. } | Segment::Shared { .. } | Segment::File { method: IoMethod::Mmap, .. })
+        })
     }
 
     /// Marks everything appended to `buf` since the last call as queued.
@@ -187,8 +297,9 @@ impl OutQueue {
     fn cold_region(&mut self) -> Option<(Arc<OpenFile>, u64, usize)> {
         let (i, seg) =
             self.segments.iter_mut().take(MAX_IOV).enumerate().find(|(_, s)| matches!(s, Segment::File { .. }))?;
-        let Segment::File { file, offset, len, ready, .. } = seg else { return None };
-        if *ready > *offset {
+        let Segment::File { file, offset, len, ready, method } = seg else { return None };
+        // The ring reads a `uring` region: it never waits for a disk here.
+        if *ready > *offset || *method == IoMethod::Uring {
             return None;
         }
         match file.resident_until(*offset, *len) {
@@ -312,7 +423,119 @@ impl OutQueue {
         Ok(())
     }
 
+    /// How much of a file region at `offset` may be sent now: with the I/O
+    /// pool, only what is known to be in the page cache.
+    fn sendable(&self, offset: u64, len: u64, ready: u64) -> u64 {
+        if self.offload {
+            ready.saturating_sub(offset).min(len)
+        } else {
+            len
+        }
+    }
+
+    /// The queue's front as one `sendmsg` carries it: in-memory segments
+    /// and mapped regions (as far as their pages are known to be ready),
+    /// at most [`MAX_IOV`], stopping at a region another method sends.
+    fn gather(&self) -> Gathered<'_> {
+        let mut g = Gathered { iov: [IoSlice::new(&[]); MAX_IOV], count: 0, want: 0, more: false, mapped: None };
+        for seg in &self.segments {
+            if g.count == MAX_IOV {
+                break;
+            }
+            let bytes: &[u8] = match seg {
+                Segment::Buf { start, end } => &self.buf[*start..*end],
+                Segment::Shared { bytes, start, end } => &(**bytes).as_ref()[*start..*end],
+                Segment::File { file, offset, len, method, ready } => match (method, &file.mapping) {
+                    (IoMethod::Mmap, Some(map)) if self.sendable(*offset, *len, *ready) > 0 => {
+                        g.mapped.get_or_insert(file);
+                        let n = self.sendable(*offset, *len, *ready);
+                        if n < *len {
+                            // The rest waits for its pages.
+                            g.push(&map[*offset as usize..(*offset + n) as usize]);
+                            g.more = true;
+                            break;
+                        }
+                        &map[*offset as usize..(*offset + *len) as usize]
+                    }
+                    _ => {
+                        // Hold the rest back until the file region that
+                        // follows is sent.
+                        g.more = true;
+                        break;
+                    }
+                },
+            };
+            g.push(bytes);
+        }
+        g
+    }
+
+    /// Whether the queue's front is for a `sendmsg` through an engine's
+    /// ring ([`OutQueue::gather_into`]); else it goes by
+    /// [`OutQueue::flush`]: a `sendfile` or `read` region, a cold one,
+    /// nothing — or a head a `sendfile` or `read` region follows, which
+    /// leaves with it as under any engine (`MSG_MORE`, then the region at
+    /// once, rather than a completion later).
+    pub fn ring_ready(&mut self) -> bool {
+        if self.offload && self.cold_region().is_some() {
+            return false;
+        }
+        let gatherable = matches!(
+            self.segments.front(),
+            Some(Segment::Buf { .. } | Segment::Shared { .. } | Segment::File { method: IoMethod::Mmap, .. })
+        );
+        let g = self.gather();
+        let written_here = |s: &Segment| matches!(s, Segment::File { method: IoMethod::Sendfile | IoMethod::Read, .. });
+        gatherable && g.count > 0 && !self.segments.get(g.count).is_some_and(written_here)
+    }
+
+    /// Gathers the queue's front into `s` for a `sendmsg` through an
+    /// engine's ring (after [`OutQueue::ring_ready`]); the front stays
+    /// queued until [`OutQueue::ring_sent`]. False if there is nothing to
+    /// gather.
+    pub fn gather_into(&mut self, s: &mut Sending) -> bool {
+        s.clear();
+        let g = self.gather();
+        let mut copied = [None; MAX_IOV];
+        for (i, (seg, piece)) in self.segments.iter().zip(&g.iov[..g.count]).enumerate() {
+            match seg {
+                Segment::Buf { .. } => {
+                    copied[i] = Some(s.bytes.len());
+                    s.bytes.extend_from_slice(piece);
+                }
+                Segment::Shared { bytes, .. } => s.shared.push(bytes.clone()),
+                Segment::File { file, .. } => s.files.push(file.clone()),
+            }
+            s.iov[i] = libc::iovec { iov_base: piece.as_ptr().cast_mut().cast(), iov_len: piece.len() };
+        }
+        // The copies' addresses, once `bytes` has stopped growing.
+        for (slot, at) in s.iov.iter_mut().zip(copied).filter_map(|(v, at)| Some((v, at?))) {
+            slot.iov_base = s.bytes[at..].as_ptr().cast_mut().cast();
+        }
+        (s.count, s.len, s.more, s.mapped) = (g.count, g.want, g.more, g.mapped.cloned());
+        self.in_flight = (s.count > 0).then_some(s.len);
+        s.count > 0
+    }
+
+    /// A send through a ring completed having sent `n` bytes: they leave
+    /// the queue (unless it was cleared meanwhile). Whether it sent all it
+    /// was given.
+    pub fn ring_sent(&mut self, n: usize) -> bool {
+        match self.in_flight.take() {
+            Some(want) => {
+                self.advance(n);
+                self.compact();
+                n == want
+            }
+            None => {
+                self.written += n as u64;
+                true
+            }
+        }
+    }
+
     fn flush_once(&mut self, sock: BorrowedFd<'_>) -> io::Result<Flushed> {
+        debug_assert!(self.in_flight.is_none(), "a send through a ring is in flight");
         let mut by_sendfile = 0;
         loop {
             if self.offload {
@@ -320,10 +543,6 @@ impl OutQueue {
                     return Ok(Flushed::Cold { file, offset, len });
                 }
             }
-            let offload = self.offload;
-            // How much of a file region may be sent now.
-            let sendable =
-                |offset: u64, len: u64, ready: u64| if offload { ready.saturating_sub(offset).min(len) } else { len };
             let Some(front) = self.segments.front() else {
                 self.buf.clear();
                 self.committed = 0;
@@ -335,7 +554,7 @@ impl OutQueue {
                     if turn == 0 {
                         return Ok(Flushed::Yield);
                     }
-                    let want = sendable(*offset, *len, *ready).min(turn).min(1 << 30) as usize;
+                    let want = self.sendable(*offset, *len, *ready).min(turn).min(1 << 30) as usize;
                     match sys::sendfile(sock, file.file.as_fd(), *offset, want) {
                         Ok(0) => return Err(file.shrank()),
                         Ok(n) => {
@@ -346,9 +565,15 @@ impl OutQueue {
                         Err(e) => return Err(e),
                     }
                 }
+                Segment::File { file, offset, len, method: IoMethod::Uring, .. } => {
+                    let len = (*len).min(COLD_READ);
+                    let cached = file.resident_until(*offset, len) == Some(*offset + len);
+                    let (file, offset, len) = (file.clone(), *offset, len as usize);
+                    return Ok(Flushed::Fetch { file, offset, len, cached });
+                }
                 Segment::File { file, offset, len, method: IoMethod::Read, ready } => {
                     if self.chunk_pos == self.chunk.len() {
-                        let want = sendable(*offset, *len, *ready).min(self.chunk_size as u64) as usize;
+                        let want = self.sendable(*offset, *len, *ready).min(self.chunk_size as u64) as usize;
                         self.read_chunk(file.clone(), *offset, want)?;
                     }
                     let pending = &self.chunk[self.chunk_pos..];
@@ -363,55 +588,11 @@ impl OutQueue {
                     }
                 }
                 _ => {
-                    let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
-                    let mut count = 0;
-                    let mut want = 0;
-                    let mut more = false;
-                    let mut mapped: Option<&OpenFile> = None;
-                    for seg in &self.segments {
-                        if count == MAX_IOV {
-                            break;
-                        }
-                        let bytes: &[u8] = match seg {
-                            Segment::Buf { start, end } => &self.buf[*start..*end],
-                            Segment::Shared { bytes, start, end } => &(**bytes).as_ref()[*start..*end],
-                            Segment::File { file, offset, len, method, ready } => match (method, &file.mapping) {
-                                (IoMethod::Mmap, Some(map)) if sendable(*offset, *len, *ready) > 0 => {
-                                    mapped.get_or_insert(file);
-                                    let n = sendable(*offset, *len, *ready);
-                                    if n < *len {
-                                        // The rest waits for its pages.
-                                        iov[count] = IoSlice::new(&map[*offset as usize..(*offset + n) as usize]);
-                                        count += 1;
-                                        want += n as usize;
-                                        more = true;
-                                        break;
-                                    }
-                                    &map[*offset as usize..(*offset + *len) as usize]
-                                }
-                                _ => {
-                                    // Hold the rest back until the file
-                                    // region that follows is sent.
-                                    more = true;
-                                    break;
-                                }
-                            },
-                        };
-                        iov[count] = IoSlice::new(bytes);
-                        count += 1;
-                        want += bytes.len();
-                    }
-                    match sys::send_vectored(sock, &iov[..count], more) {
-                        Ok(n) => (n, want),
+                    let g = self.gather();
+                    match sys::send_vectored(sock, &g.iov[..g.count], g.more) {
+                        Ok(n) => (n, g.want),
                         Err(e) if sys::would_block(&e) => return Ok(Flushed::Blocked),
-                        // The kernel faulted on a page past the file's new
-                        // end (a mapping never faults in user space).
-                        Err(e) => {
-                            return Err(match mapped {
-                                Some(file) if e.raw_os_error() == Some(libc::EFAULT) => file.shrank(),
-                                _ => e,
-                            })
-                        }
+                        Err(e) => return Err(fault(e, g.mapped)),
                     }
                 }
             };
@@ -455,8 +636,36 @@ impl OutQueue {
         }
     }
 
+    /// Drops the sent bytes from the start of `buf` once they are at
+    /// least half of it. A flush that sends everything empties it; through
+    /// a ring, a relay queues more while a send is in flight, so the queue
+    /// may never be empty when a send completes and `buf` would grow by
+    /// the whole response.
+    fn compact(&mut self) {
+        let low = self
+            .segments
+            .iter()
+            .find_map(|s| match s {
+                Segment::Buf { start, .. } => Some(*start),
+                _ => None,
+            })
+            .unwrap_or(self.committed);
+        if low == 0 || low < self.buf.len() / 2 {
+            return;
+        }
+        self.buf.drain(..low);
+        for seg in &mut self.segments {
+            if let Segment::Buf { start, end } = seg {
+                *start -= low;
+                *end -= low;
+            }
+        }
+        self.committed -= low;
+    }
+
     /// Drops everything queued (the connection is going away).
     pub fn clear(&mut self) {
+        self.in_flight = None;
         self.segments.clear();
         self.buf.clear();
         self.committed = 0;
@@ -526,7 +735,7 @@ mod tests {
                 Flushed::All => break,
                 Flushed::Yield => yields += 1,
                 Flushed::Blocked => sys::wait_writable(&[server.as_fd()], Duration::from_secs(5)).unwrap(),
-                Flushed::Cold { .. } => unreachable!("no offload"),
+                Flushed::Cold { .. } | Flushed::Fetch { .. } => unreachable!("no offload, no ring"),
             }
         }
         drop(server);

@@ -18,15 +18,22 @@
 //! runs on the same host, as a benchmark client would, so work the kernel
 //! moves to the receiving side counts too, and it may run on any CPU, not
 //! only those the server is pinned to.
+//!
+//! The `uring` method (measured for the `uring` engine only) goes as that
+//! engine sends it: each file region read through a ring into a buffer,
+//! which a `sendmsg` through the ring takes, the queue's own code
+//! (`OutQueue::gather_into`, `insert_read`) doing the rest.
 
 use std::io::{self, Read};
 use std::net::{TcpListener, TcpStream};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::body::{Flushed, OutQueue};
+use io_uring::{opcode, types::Fd, IoUring};
+
+use crate::body::{Flushed, OutQueue, Sending};
 use crate::limits::Limits;
 use crate::open_files::OpenFile;
 use crate::static_io::{index, to_measure, ClassChoice, METHODS};
@@ -41,10 +48,10 @@ const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nServer: tern\r\nDate: Tue, 24 Nov 2026 
 Content-Type: application/octet-stream\r\nLast-Modified: Tue, 24 Nov 2026 19:00:00 GMT\r\n\
 ETag: \"6744f1e0.0-100000\"\r\nAccept-Ranges: bytes\r\nContent-Length: 1048576\r\n\r\n";
 
-/// Measures the classes of `choices` left to it (`static_io::to_measure`:
-/// above `static_io::SMALL` and not configured) within `budget` (the files
-/// and connections it prepares included); the others keep their choice.
-/// Returns the choice per class.
+/// Measures `methods` for the classes of `choices` left to it
+/// (`static_io::to_measure`: above `static_io::SMALL` and not configured)
+/// within `budget` (the files and connections it prepares included); the
+/// others keep their choice. Returns the choice per class.
 ///
 /// Every round measures each method once per class; a round that would
 /// not end within the budget (judged by the longest so far: on a busy
@@ -59,6 +66,7 @@ ETag: \"6744f1e0.0-100000\"\r\nAccept-Ranges: bytes\r\nContent-Length: 1048576\r
 pub fn run(
     bounds: &[u64],
     mut choices: Vec<ClassChoice>,
+    methods: &[IoMethod],
     budget: Duration,
     st: &StaticFiles,
     limits: &Limits,
@@ -73,9 +81,9 @@ pub fn run(
     let mut rig = Rig::new(st)?;
     // One warm-up slice per class, then ROUNDS slices per class and method,
     // out of what the preparation left of the budget.
-    let slices = (measured.len() * (1 + ROUNDS * METHODS.len())) as u32;
+    let slices = (measured.len() * (1 + ROUNDS * methods.len())) as u32;
     let slice = budget.saturating_sub(start.elapsed()) / slices;
-    let mut rates = vec![[[0.0; ROUNDS]; 3]; measured.len()];
+    let mut rates = vec![[[0.0; ROUNDS]; METHODS.len()]; measured.len()];
     for file in &files {
         rig.sample(file, IoMethod::Sendfile, slice, limits)?;
     }
@@ -86,8 +94,8 @@ pub fn run(
             break;
         }
         for (k, file) in files.iter().enumerate() {
-            for j in 0..METHODS.len() {
-                let m = METHODS[(j + rounds + k) % METHODS.len()];
+            for j in 0..methods.len() {
+                let m = methods[(j + rounds + k) % methods.len()];
                 rates[k][index(m)][rounds] = rig.sample(file, m, slice, limits)?;
             }
         }
@@ -115,7 +123,7 @@ pub const LEAD_TO_SWITCH: f64 = 1.15;
 /// Each method's median rate over the `rounds` that ran, and the index of
 /// the method chosen: the fastest, unless the one in place (`incumbent`)
 /// is within [`LEAD_TO_SWITCH`] of it.
-fn judge(rates: &[[f64; ROUNDS]; 3], rounds: usize, incumbent: usize) -> (usize, [f64; 3]) {
+fn judge(rates: &[[f64; ROUNDS]; METHODS.len()], rounds: usize, incumbent: usize) -> (usize, [f64; METHODS.len()]) {
     let typical = rates.map(|r| median(&r[..rounds]));
     let best = (0..typical.len()).max_by(|&a, &b| typical[a].total_cmp(&typical[b])).unwrap_or(0);
     let pick = if typical[best] > typical[incumbent] * LEAD_TO_SWITCH { best } else { incumbent };
@@ -164,6 +172,8 @@ const LINKS: usize = 4;
 /// connection reads.
 struct Rig {
     links: Vec<Link>,
+    /// The ring of the `uring` method, made when it is first measured.
+    ring: Option<IoUring>,
 }
 
 struct Link {
@@ -198,7 +208,7 @@ impl Rig {
                 reader_stat,
             });
         }
-        Ok(Rig { links })
+        Ok(Rig { links, ring: None })
     }
 
     /// Nanoseconds on a CPU and waiting for one, of all threads together.
@@ -220,6 +230,31 @@ impl Rig {
             sys::limit_unsent(link.sock.as_fd(), limits.settled_unsent(file.size))?;
         }
         let before = self.clocks();
+        let start = Instant::now();
+        let responses = match method {
+            IoMethod::Uring => self.send_by_ring(file, slice)?,
+            _ => self.send(file, method, slice)?,
+        };
+        // Until the readers have it all: bytes parked in the send buffers
+        // are not sent yet.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for link in &self.links {
+            while sys::unacked(link.sock.as_fd())? > 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        let wall = start.elapsed();
+        let cost = match (before, self.clocks()) {
+            (Some((run0, wait0)), Some((run1, wait1))) => Duration::from_nanos(run1.saturating_sub(run0))
+                .max(wall.saturating_sub(Duration::from_nanos(wait1.saturating_sub(wait0)))),
+            _ => wall,
+        };
+        Ok(responses as f64 / cost.as_secs_f64().max(1e-6))
+    }
+
+    /// Sends `file` by `method` through the queue's own writes, a response
+    /// after another on each link, for `slice`; the responses sent.
+    fn send(&mut self, file: &Arc<OpenFile>, method: IoMethod, slice: Duration) -> io::Result<u64> {
         let start = Instant::now();
         let mut responses = 0u64;
         loop {
@@ -246,21 +281,63 @@ impl Rig {
                 sys::wait_writable(&socks, Duration::from_secs(1))?;
             }
         }
-        // Until the readers have it all: bytes parked in the send buffers
-        // are not sent yet.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        for link in &self.links {
-            while sys::unacked(link.sock.as_fd())? > 0 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_micros(50));
+        Ok(responses)
+    }
+
+    /// Sends `file` by the `uring` method for `slice`, as the `uring`
+    /// engine does: each link's file regions read through a ring, its
+    /// queue's front sent by a `sendmsg` through it, one submission per
+    /// round for all links; the responses sent.
+    fn send_by_ring(&mut self, file: &Arc<OpenFile>, slice: Duration) -> io::Result<u64> {
+        let ring = match &mut self.ring {
+            Some(ring) => ring,
+            none => none.insert(IoUring::new(2 * LINKS as u32)?),
+        };
+        let start = Instant::now();
+        let mut responses = 0u64;
+        let mut busy: Vec<Option<InFlight>> = (0..LINKS).map(|_| None).collect();
+        loop {
+            let more = start.elapsed() < slice;
+            let mut pending = 0;
+            for (i, link) in self.links.iter_mut().enumerate() {
+                if busy[i].is_none() {
+                    if link.out.is_empty() && more {
+                        link.out.buf.extend_from_slice(HEAD);
+                        link.out.push_file(file, 0, file.size, IoMethod::Uring);
+                        responses += 1;
+                    }
+                    if link.out.is_empty() {
+                        continue;
+                    }
+                    busy[i] = Some(submit(ring, link, i)?);
+                }
+                pending += 1;
+            }
+            if pending == 0 {
+                return Ok(responses);
+            }
+            ring.submit_and_wait(1)?;
+            for cqe in ring.completion() {
+                let i = cqe.user_data() as usize;
+                let link = &mut self.links[i];
+                match busy[i].take() {
+                    Some(InFlight::Send(s)) => match s.outcome(cqe.result()) {
+                        Ok(n) => _ = link.out.ring_sent(n),
+                        Err(e) if sys::would_block(&e) => _ = link.out.ring_sent(0),
+                        Err(e) => return Err(e),
+                    },
+                    Some(InFlight::Read(mut buf, offset)) => {
+                        if usize::try_from(cqe.result()).ok() != Some(buf.capacity()) {
+                            return Err(file.shrank());
+                        }
+                        // SAFETY: the kernel wrote the whole buffer.
+                        unsafe { buf.set_len(buf.capacity()) };
+                        link.out.insert_read(offset, buf);
+                    }
+                    None => {}
+                }
             }
         }
-        let wall = start.elapsed();
-        let cost = match (before, self.clocks()) {
-            (Some((run0, wait0)), Some((run1, wait1))) => Duration::from_nanos(run1.saturating_sub(run0))
-                .max(wall.saturating_sub(Duration::from_nanos(wait1.saturating_sub(wait0)))),
-            _ => wall,
-        };
-        Ok(responses as f64 / cost.as_secs_f64().max(1e-6))
     }
 
     fn finish(self) {
@@ -271,6 +348,36 @@ impl Rig {
             }
         }
     }
+}
+
+/// What a link of the `uring` method has in its ring.
+enum InFlight {
+    Send(Box<Sending>),
+    /// A file region's buffer and offset.
+    Read(Vec<u8>, u64),
+}
+
+/// Submits what link `i`'s queue needs next through `ring`: a `sendmsg`
+/// of its front, or the read of the file region there.
+fn submit(ring: &mut IoUring, link: &mut Link, i: usize) -> io::Result<InFlight> {
+    let sock = link.sock.as_raw_fd();
+    let (entry, flight) = if link.out.ring_ready() {
+        let mut s = Sending::new();
+        link.out.gather_into(&mut s);
+        (opcode::SendMsg::new(Fd(sock), s.msghdr()).flags(s.flags()).build(), InFlight::Send(s))
+    } else {
+        let Flushed::Fetch { file, offset, len, .. } = link.out.flush(link.sock.as_fd())? else {
+            return Err(io::Error::other("a uring region that is not fetched"));
+        };
+        let mut buf = Vec::with_capacity(len);
+        let read = opcode::Read::new(Fd(file.file.as_raw_fd()), buf.as_mut_ptr(), len as u32).offset(offset);
+        (read.build(), InFlight::Read(buf, offset))
+    };
+    // SAFETY: what the entry points to (the boxed message and what it
+    // keeps, the buffer's heap block) is held in `flight` until the
+    // completion, and a completion comes before the ring is dropped.
+    unsafe { ring.submission().push(&entry.user_data(i as u64)) }.map_err(|_| io::Error::other("ring full"))?;
+    Ok(flight)
 }
 
 /// A thread's time on a CPU and time runnable but waiting for one, in
@@ -288,8 +395,8 @@ mod tests {
     use crate::static_io::{index, METHODS};
 
     /// Rates in `METHODS` order from (sendfile, mmap, read) rounds.
-    fn rates(sendfile: [f64; ROUNDS], mmap: [f64; ROUNDS], read: [f64; ROUNDS]) -> [[f64; ROUNDS]; 3] {
-        let mut r = [[0.0; ROUNDS]; 3];
+    fn rates(sendfile: [f64; ROUNDS], mmap: [f64; ROUNDS], read: [f64; ROUNDS]) -> [[f64; ROUNDS]; METHODS.len()] {
+        let mut r = [[0.0; ROUNDS]; METHODS.len()];
         r[index(IoMethod::Sendfile)] = sendfile;
         r[index(IoMethod::Mmap)] = mmap;
         r[index(IoMethod::Read)] = read;

@@ -5,6 +5,9 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+/// Static I/O methods counted (`static_io::METHODS`, which checks it).
+pub const FILE_METHODS: usize = 4;
+
 /// A counter with a single writing thread.
 #[derive(Default, Debug)]
 pub struct Counter(AtomicU64);
@@ -93,7 +96,7 @@ pub struct WorkerStats {
     pub compress_deferred: Counter,
     /// Responses with a file body, by the I/O method that sends it
     /// (`static_io::METHODS` order).
-    pub file_bodies: [Counter; 3],
+    pub file_bodies: [Counter; FILE_METHODS],
     /// TLS handshakes completed in full.
     pub tls_full: Counter,
     /// TLS handshakes that resumed a session (ticket or cache).
@@ -295,7 +298,7 @@ pub struct Totals {
     pub compress_hits: u64,
     pub compress_misses: u64,
     pub compress_deferred: u64,
-    pub file_bodies: [u64; 3],
+    pub file_bodies: [u64; FILE_METHODS],
     pub tls_full: u64,
     pub tls_resumed: u64,
     pub tls_failed: u64,

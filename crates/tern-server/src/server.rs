@@ -140,6 +140,7 @@ impl Prepared {
             )));
         }
         let mut tls = tls::Setup::load(&config.tls).map_err(StartError::Config)?;
+        engine::probe(&config.engine())?;
 
         // Each worker gets its own SO_REUSEPORT socket per address; the
         // first one fixes the port when the configuration asks for port 0.
@@ -218,7 +219,7 @@ impl Prepared {
         // Dropped on any error, which also ends its threads.
         let compression = Compression::start(&self.config.compression)?;
         let site = Sites::new(self.config.sites(), compression)?;
-        let io = StaticIo::new(&self.config.static_files).map_err(StartError::Config)?;
+        let io = StaticIo::new(&self.config.static_files, self.config.sending_methods()).map_err(StartError::Config)?;
         Ok((site, io))
     }
 }
@@ -443,7 +444,8 @@ const CALIBRATION_BUDGET: std::time::Duration = std::time::Duration::from_millis
 /// safe choices), then switches to the winners and logs them.
 fn calibrate_in_background(io: &StaticIo, st: &StaticFiles, limits: &Limits) {
     let start = std::time::Instant::now();
-    let outcome = calibrate::run(io.bounds(), io.choices(), CALIBRATION_BUDGET, st, limits).map_err(|e| e.to_string());
+    let outcome = calibrate::run(io.bounds(), io.choices(), io.methods(), CALIBRATION_BUDGET, st, limits)
+        .map_err(|e| e.to_string());
     io.calibrated(outcome, start.elapsed().as_millis());
     log!(Level::Info, "{}", io.describe());
 }

@@ -37,6 +37,10 @@ pub enum IoMethod {
     Mmap,
     /// `pread(2)` into a buffer of `read_chunk` bytes, `write(2)` it.
     Read,
+    /// Read through the engine's ring, 256 KiB at a time, into a buffer
+    /// that a send through the ring takes: a page-cache miss waits in the
+    /// kernel, never in the worker. `server.model = "uring"` only.
+    Uring,
 }
 
 impl IoMethod {
@@ -45,6 +49,7 @@ impl IoMethod {
             IoMethod::Sendfile => "sendfile",
             IoMethod::Mmap => "mmap",
             IoMethod::Read => "read",
+            IoMethod::Uring => "uring",
         }
     }
 }
@@ -56,14 +61,16 @@ impl std::str::FromStr for IoMethod {
             "sendfile" => Ok(IoMethod::Sendfile),
             "mmap" => Ok(IoMethod::Mmap),
             "read" => Ok(IoMethod::Read),
-            _ => Err(format!("unknown I/O method `{s}` (expected sendfile, mmap or read)")),
+            "uring" => Ok(IoMethod::Uring),
+            _ => Err(format!("unknown I/O method `{s}` (expected sendfile, mmap, read or uring)")),
         }
     }
 }
 
 /// `static.io`: one method for every file — `"sendfile"` (zero-copy from
 /// the page cache), `"mmap"` (the file mapped once, written from the
-/// mapping) or `"read"` (`pread` into a buffer of `read_chunk` bytes) — or
+/// mapping), `"read"` (`pread` into a buffer of `read_chunk` bytes) or
+/// `"uring"` (read through the ring, with `server.model = "uring"`) — or
 /// `"auto"`: per file-size class the method measured fastest on this host
 /// (`static_io.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,7 +96,7 @@ impl std::str::FromStr for IoChoice {
             _ => s
                 .parse()
                 .map(IoChoice::Fixed)
-                .map_err(|_| format!("unknown I/O method `{s}` (expected auto, sendfile, mmap or read)")),
+                .map_err(|_| format!("unknown I/O method `{s}` (expected auto, sendfile, mmap, read or uring)")),
         }
     }
 }
@@ -134,14 +141,14 @@ pub struct StaticFiles {
     pub sendfile_max_chunk: Bytes,
     /// Entries in each worker's open-file table. Default 1024.
     pub open_file_cache: usize,
-    /// Threads of the blocking I/O pool shared by the event engine's
-    /// workers: opens that miss the open-file table and reads of file pages
-    /// not in the page cache run there, so a slow disk never stalls a
-    /// reactor. 0 = off (the worker does them itself). Default 32, as
+    /// Threads of the blocking I/O pool shared by the reactors' workers
+    /// (`event`, `uring`): opens that miss the open-file table and reads of
+    /// file pages not in the page cache run there, so a slow disk never
+    /// stalls a reactor. 0 = off (the worker does them itself). Default 32, as
     /// nginx's `aio threads` pool: a thread blocked on a disk holds no
     /// CPU, and the count bounds how many slow opens and reads are under
     /// way at once (a disk's queue wants several); a sleeping thread costs
-    /// a few KiB. Started under the event model only (see
+    /// a few KiB. Started under the reactor models only (see
     /// [`Config::io_pool_threads`]).
     pub io_threads: usize,
     /// How long an open file is trusted before it is looked up again
@@ -240,7 +247,20 @@ impl StaticFiles {
 }
 
 /// The methods, in the order of their counters and evidence.
-pub const METHODS: [IoMethod; 3] = [IoMethod::Sendfile, IoMethod::Mmap, IoMethod::Read];
+pub const METHODS: [IoMethod; 4] = [IoMethod::Sendfile, IoMethod::Mmap, IoMethod::Read, IoMethod::Uring];
+
+const _: () = assert!(METHODS.len() == crate::metrics::FILE_METHODS);
+
+/// The methods a server sends with: `uring` reads through the `uring`
+/// engine's ring, so only where the engine has one (`ring`; see
+/// `Config::sending_methods`).
+pub fn methods(ring: bool) -> &'static [IoMethod] {
+    if ring {
+        &METHODS
+    } else {
+        &METHODS[..3]
+    }
+}
 
 /// Classes whose largest file is at most this go by `mmap` without being
 /// measured.
@@ -252,6 +272,7 @@ pub fn index(m: IoMethod) -> usize {
         IoMethod::Sendfile => 0,
         IoMethod::Mmap => 1,
         IoMethod::Read => 2,
+        IoMethod::Uring => 3,
     }
 }
 
@@ -262,9 +283,9 @@ pub struct ClassChoice {
     /// `"rule"`, `"measured"`, `"profile"`, `"configured"`, `"safe default"`
     /// or `"fixed"`.
     pub basis: &'static str,
-    /// Responses per second over loopback per method ([`METHODS`] order),
-    /// when measured.
-    pub rates: Option<[f64; 3]>,
+    /// Responses per second over loopback per method ([`METHODS`] order;
+    /// 0 for one not measured), when measured.
+    pub rates: Option<[f64; METHODS.len()]>,
 }
 
 /// Where the current choices come from.
@@ -280,6 +301,8 @@ pub struct Report {
 
 pub struct StaticIo {
     mode: IoChoice,
+    /// The methods the engine can send with ([`methods`]).
+    available: &'static [IoMethod],
     /// Upper bounds (inclusive) of every class but the last.
     bounds: Box<[u64]>,
     /// Each class's method, as its index in [`METHODS`].
@@ -290,8 +313,8 @@ pub struct StaticIo {
 impl StaticIo {
     /// The choices the configuration allows before any measurement: the
     /// fixed method, the configured ones, a profile's (read now), or the
-    /// safe ones.
-    pub fn new(st: &StaticFiles) -> Result<StaticIo, String> {
+    /// safe ones, among the methods `available` ([`methods`]).
+    pub fn new(st: &StaticFiles, available: &'static [IoMethod]) -> Result<StaticIo, String> {
         let bounds: Vec<u64> = st.io_classes.iter().map(|b| b.0).collect();
         let (source, detail, classes) = match (st.io, &st.io_profile) {
             (IoChoice::Fixed(m), _) => {
@@ -310,12 +333,15 @@ impl StaticIo {
                 let source = if classes.iter().any(to_measure) { "calibrating" } else { "configured" };
                 (source, String::new(), classes)
             }
-            (IoChoice::Auto, Some(path)) => ("profile", path.display().to_string(), Profile::load(path, &bounds)?),
+            (IoChoice::Auto, Some(path)) => {
+                ("profile", path.display().to_string(), Profile::load(path, &bounds, available)?)
+            }
             (IoChoice::Auto, None) => ("calibrating", String::new(), safe_choices(&bounds)),
         };
         let methods = classes.iter().map(|c| AtomicU8::new(index(c.method) as u8)).collect();
         Ok(StaticIo {
             mode: st.io,
+            available,
             bounds: bounds.into(),
             methods,
             report: Mutex::new(Report { source, detail, classes }),
@@ -335,6 +361,11 @@ impl StaticIo {
 
     pub fn bounds(&self) -> &[u64] {
         &self.bounds
+    }
+
+    /// The methods a calibration measures.
+    pub fn methods(&self) -> &'static [IoMethod] {
+        self.available
     }
 
     /// The current choice per class (what a calibration starts from).
@@ -383,7 +414,7 @@ impl StaticIo {
         for (i, c) in r.classes.iter().enumerate() {
             let _ = write!(s, "; {} {} [{}", class_name(&self.bounds, i), c.method.name(), c.basis);
             if let Some(rates) = c.rates {
-                for (m, rate) in METHODS.iter().zip(rates) {
+                for (m, rate) in self.available.iter().zip(rates) {
                     let _ = write!(s, " {} {:.0}/s", m.name(), rate);
                 }
             }
@@ -401,7 +432,7 @@ impl StaticIo {
             .enumerate()
             .map(|(i, c)| {
                 let rates = c.rates.map(|rates| {
-                    METHODS
+                    self.available
                         .iter()
                         .zip(rates)
                         .map(|(m, v)| (m.name().to_string(), serde_json::json!(v.round())))
@@ -467,17 +498,20 @@ struct Profile {
     evidence: Vec<Evidence>,
 }
 
-/// Responses per second per method (its `class` key is for the reader).
+/// Responses per second per method (its `class` key is for the reader;
+/// `uring` only in a profile measured under that model).
 #[derive(Deserialize)]
 struct Evidence {
     sendfile: f64,
     mmap: f64,
     read: f64,
+    #[serde(default)]
+    uring: f64,
 }
 
 impl Profile {
     /// Reads a profile measured for exactly these class bounds.
-    fn load(path: &Path, bounds: &[u64]) -> Result<Vec<ClassChoice>, String> {
+    fn load(path: &Path, bounds: &[u64], available: &[IoMethod]) -> Result<Vec<ClassChoice>, String> {
         let at = || format!("static.io_profile: {}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", at()))?;
         let p: Profile = toml::from_str(&text).map_err(|e| format!("{}: {e}", at()))?;
@@ -491,13 +525,16 @@ impl Profile {
         if p.methods.len() != bounds.len() + 1 {
             return Err(format!("{}: `methods` needs {} entries, one per class", at(), bounds.len() + 1));
         }
+        if let Some(m) = p.methods.iter().find(|m| !available.contains(m)) {
+            return Err(format!("{}: method \"{}\" needs server.model = \"uring\"", at(), m.name()));
+        }
         Ok(p.methods
             .iter()
             .enumerate()
             .map(|(i, &method)| ClassChoice {
                 method,
                 basis: "profile",
-                rates: p.evidence.get(i).map(|e| [e.sendfile, e.mmap, e.read]),
+                rates: p.evidence.get(i).map(|e| [e.sendfile, e.mmap, e.read, e.uring]),
             })
             .collect())
     }
@@ -515,18 +552,47 @@ pub fn profile_text(bounds: &[u64], choices: &[ClassChoice], header: &str) -> St
     let _ = writeln!(s, "# The method per class, smallest first.");
     let _ = writeln!(s, "methods = [{}]", list(choices.iter().map(|c| format!("\"{}\"", c.method.name())).collect()));
     for (i, c) in choices.iter().enumerate() {
-        let rates = c.rates.unwrap_or([0.0; 3]);
-        let _ = writeln!(
+        let rates = c.rates.unwrap_or_default();
+        let _ = write!(
             s,
-            "\n# {}: {} ({}); responses per second over loopback, 0 = not measured\n[[evidence]]\nclass = \"{}\"\nsendfile = {:.0}\nmmap = {:.0}\nread = {:.0}",
+            "\n# {}: {} ({}); responses per second over loopback, 0 = not measured\n[[evidence]]\nclass = \"{}\"\n",
             class_name(bounds, i),
             c.method.name(),
             c.basis,
             class_name(bounds, i),
-            rates[0],
-            rates[1],
-            rates[2]
         );
+        // `uring` is measured under its model only.
+        for (m, rate) in METHODS.iter().zip(rates).filter(|&(&m, rate)| m != IoMethod::Uring || rate > 0.0) {
+            let _ = writeln!(s, "{} = {rate:.0}", m.name());
+        }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uring_is_a_method_of_the_uring_model_only_and_profiles_keep_its_evidence() {
+        assert_eq!(methods(false), &METHODS[..3]);
+        assert!(methods(true).contains(&IoMethod::Uring));
+        let bounds = [16 << 10];
+        let mut choices = safe_choices(&bounds);
+        choices[1] = ClassChoice { method: IoMethod::Uring, basis: "measured", rates: Some([1.0, 2.0, 3.0, 4.0]) };
+        let text = profile_text(&bounds, &choices, "test");
+        assert!(text.contains("\nuring = 4\n"), "{text}");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("io.toml");
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(Profile::load(&path, &bounds, methods(true)).unwrap()[1].rates, choices[1].rates);
+        let e = Profile::load(&path, &bounds, methods(false)).unwrap_err();
+        assert!(e.contains("\"uring\" needs server.model = \"uring\""), "{e}");
+        // Measured without it (another model): no line for it, as before.
+        choices[1] = ClassChoice { method: IoMethod::Mmap, basis: "measured", rates: Some([1.0, 2.0, 3.0, 0.0]) };
+        let text = profile_text(&bounds, &choices, "test");
+        assert!(!text.contains("uring"), "{text}");
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(Profile::load(&path, &bounds, methods(false)).unwrap()[1].rates, choices[1].rates);
+    }
 }

@@ -42,7 +42,7 @@ pub trait Watcher: Send {
     /// system call. True when something was reported for the link while it
     /// was nobody's (the backend may have closed it).
     ///
-    /// [`pool`]: crate::site::fastcgi::pool
+    /// [`pool`]: crate::site::upstream::pool
     fn watch_link(&self, conn: usize, link: usize, fd: BorrowedFd<'_>, write: bool, again: bool) -> io::Result<bool>;
     /// Link `link` stays watched, read-only, for nobody until the next
     /// [`Watcher::watch_link`]: what is reported meanwhile is kept for it.

@@ -346,6 +346,10 @@ impl Reference<'_> {
         let Kind::Struct { fields, defaults } = &t.kind else { panic!("{path:?} is not a struct") };
         for f in fields.iter().filter(|f| !f.skip) {
             let mut sub = path.to_vec();
+            // A table inside a per-name table is the name's.
+            if shape == Shape::PerName {
+                sub.push(PER_NAME.into());
+            }
             sub.push(f.key.clone());
             if split(&f.ty).1.first().is_some_and(|t| split(t).0 == "SiteTable") {
                 self.sites(&sub, &f.doc);
@@ -374,10 +378,9 @@ impl Reference<'_> {
                 }
             };
             // A site's keys cannot be set alone: their defaults are the
-            // top-level values they inherit, said in words.
-            if let (Stated::Toml(value), Shape::Table, false) =
-                (&default, shape, path.first().is_some_and(|p| p == "site"))
-            {
+            // top-level values they inherit, said in words; nor can those
+            // of a table inside a per-name one.
+            if let (Stated::Toml(value), Shape::Table, false) = (&default, shape, optional(path)) {
                 self.check_default(path, &f.key, value);
             }
             self.tables[at].keys.push(Key { key: f.key.clone(), doc: f.doc.clone(), ty, values, default });
@@ -477,8 +480,7 @@ impl Reference<'_> {
 
     /// The table in the annotated listing.
     fn listing(&self, out: &mut String, t: &Table) {
-        let in_site = t.path.first().is_some_and(|p| p == "site");
-        let off = if t.shape == Shape::Table && !in_site { "" } else { "# " };
+        let off = if t.shape == Shape::Table && !optional(&t.path) { "" } else { "# " };
         let header = match t.shape {
             Shape::Table => format!("[{}]", t.path.join(".")),
             Shape::PerName => format!("[{}.NAME]", t.path.join(".")),
@@ -524,6 +526,15 @@ impl Reference<'_> {
             }
         }
     }
+}
+
+/// The path segment standing for a per-name table's names.
+const PER_NAME: &str = "NAME";
+
+/// Whether the table at `path` exists only where the file writes it: a
+/// site's, or one inside a per-name table.
+fn optional(path: &[String]) -> bool {
+    path.first().is_some_and(|p| p == "site") || path.iter().any(|p| p == PER_NAME)
 }
 
 /// A type's last path segment and its generic arguments.

@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{find, pattern, Tern, IO_METHODS};
+use common::{find, io_methods, pattern, Tern};
 
 /// One response read from a keep-alive connection: its head, the body
 /// bytes that arrived, and whether the server closed before the announced
@@ -84,7 +84,7 @@ fn a_file_truncated_during_a_download_ends_the_response_at_once() {
     const SIZE: usize = 40 << 20;
     // Beyond what the server can have sent into the socket buffers by then.
     const CUT: usize = 20 << 20;
-    for io in IO_METHODS {
+    for io in io_methods() {
         let site = common::site();
         let path = site.root.join("large.bin");
         let content = pattern(SIZE, 13);
@@ -126,7 +126,7 @@ fn a_file_truncated_during_a_download_ends_the_response_at_once() {
 
 #[test]
 fn a_file_shrunk_between_keep_alive_requests_is_served_as_it_is_now() {
-    for io in IO_METHODS {
+    for io in io_methods() {
         let site = common::site();
         let path = site.root.join("shrinks.bin");
         let before = pattern(100_000, 7);
@@ -151,7 +151,7 @@ fn a_file_shrunk_between_keep_alive_requests_is_served_as_it_is_now() {
 
 #[test]
 fn a_file_rewritten_in_place_never_reuses_a_strong_etag() {
-    for io in IO_METHODS {
+    for io in io_methods() {
         let site = common::site();
         let path = site.root.join("page.html");
         std::fs::write(&path, "start").unwrap();

@@ -132,7 +132,7 @@ fn every_codec_decodes_to_the_exact_file_and_curl_agrees() {
     let dir = tempfile::tempdir().unwrap();
     let text = page(1, 900);
     write(dir.path(), "page.html", &text);
-    for io in common::IO_METHODS {
+    for io in common::io_methods() {
         let tern = Tern::start(dir.path(), io, INLINE, &[]);
         let mut c = Client::new(tern.addr);
         for coding in ["gzip", "br", "zstd"] {

@@ -10,7 +10,7 @@ mod common;
 use std::time::Duration;
 
 use base64::Engine;
-use common::{corpus_dir, exchange_until_close, statuses, Tern, IO_METHODS};
+use common::{corpus_dir, exchange_until_close, io_methods, statuses, Tern};
 
 struct Vector {
     id: String,
@@ -84,7 +84,7 @@ fn corpus_labels_hold_for_every_io_method_and_configuration() {
     assert!(vectors.len() > 250, "corpus not found or truncated: {}", vectors.len());
     let site = common::site();
     for (config_name, config) in common::configs(&site.root) {
-        for io in IO_METHODS {
+        for io in io_methods() {
             let mut tern = Tern::start(&site.root, io, &config, &[]);
             let addr = tern.addr;
             let name = format!("{config_name}, {io}");

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{find, read_until_close, Tern, IO_METHODS};
+use common::{find, io_methods, read_until_close, Tern};
 
 /// Sends one request on its own connection (`Connection: close`) and reads
 /// the whole answer, as the server wrote it to the socket.
@@ -50,7 +50,7 @@ fn sent_bytes_equal_what_clients_received() {
         "printf 'Content-Type: text/plain\\n\\n'\nhead -c 30000 /dev/zero | tr '\\0' x\n",
     )
     .unwrap();
-    for io in IO_METHODS {
+    for io in io_methods() {
         let tern = Tern::start(&site.root, io, "", &[]);
         let addr = tern.addr;
         let (before, first_status) = bytes_sent(addr);

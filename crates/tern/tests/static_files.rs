@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{get, parse_responses, read_until_close, request, Tern, IO_METHODS};
+use common::{get, io_methods, parse_responses, read_until_close, request, Tern};
 
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).build().into()
@@ -25,7 +25,7 @@ fn curl(args: &[&str]) -> Vec<u8> {
 #[test]
 fn full_and_ranged_bodies_are_byte_exact() {
     let site = common::site();
-    for io in IO_METHODS {
+    for io in io_methods() {
         let tern = Tern::start(&site.root, io, "", &[]);
         let agent = agent();
         for (path, want) in [("/small.txt", &site.small), ("/big.bin", &site.big)] {
@@ -59,7 +59,7 @@ fn full_and_ranged_bodies_are_byte_exact() {
 #[test]
 fn multipart_byteranges_carry_each_part_exactly() {
     let site = common::site();
-    for io in IO_METHODS {
+    for io in io_methods() {
         let tern = Tern::start(&site.root, io, "", &[]);
         let r = get(tern.addr, "/big.bin", "Range: bytes=0-9, 2000000-2000099, -5\r\n");
         assert_eq!(r.status, 206, "{io}");
@@ -106,7 +106,7 @@ fn unsatisfiable_and_ignored_ranges() {
 #[test]
 fn conditional_requests() {
     let site = common::site();
-    for io in IO_METHODS {
+    for io in io_methods() {
         let tern = Tern::start(&site.root, io, "", &[]);
         let r = get(tern.addr, "/small.txt", "");
         let etag = r.header("etag").unwrap().to_string();
@@ -157,7 +157,7 @@ fn a_changed_file_gets_a_new_etag() {
 #[test]
 fn head_index_redirect_types_and_errors() {
     let site = common::site();
-    for io in IO_METHODS {
+    for io in io_methods() {
         let tern = Tern::start(&site.root, io, "", &[]);
         let r = request(tern.addr, "HEAD /big.bin HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
         assert_eq!((r.status, r.body.len()), (200, 0));
@@ -210,7 +210,7 @@ fn mime_types_can_be_configured() {
 #[test]
 fn pipelined_requests_are_answered_in_order() {
     let site = common::site();
-    for io in IO_METHODS {
+    for io in io_methods() {
         let tern = Tern::start(&site.root, io, "", &[]);
         let paths = ["/small.txt", "/style.css", "/missing", "/", "/big.bin", "/small.txt", "/sub/"];
         let mut burst = Vec::new();

@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::tls::{https_addr, listening, section, Ca};
-use common::{Tern, IO_METHODS};
+use common::{io_methods, Tern};
 
 /// `curl --cacert CA https://localhost:PORT/PATH` (resolved to `addr`),
 /// with extra arguments; returns the output.
@@ -78,7 +78,7 @@ fn curl_gets_byte_exact_bodies_ranges_and_compression_for_every_io_method() {
     let (_ca, ca_path, tls) = pki(site.dir.path());
     let config = format!("{tls}hsts = \"max-age=600\"\n");
     let out = site.dir.path().join("out");
-    for io in IO_METHODS {
+    for io in io_methods() {
         let tern = Tern::start(&site.root, io, &config, &[]);
         let addr = https_addr(&tern);
         for (path, want) in [("/small.txt", &site.small), ("/big.bin", &site.big)] {
@@ -560,7 +560,7 @@ fn records_are_sized_for_the_path_small_after_an_idle_moment_then_full() {
         let (last, full) = records.split_last().unwrap();
         assert!(full.iter().all(|&l| l == FULL) && *last <= FULL, "{what}: {records:?}");
     };
-    for io in IO_METHODS {
+    for io in io_methods() {
         let tern = Tern::start(&site.root, io, &tls, &[]);
         let addr = https_addr(&tern);
         // Loopback: a segment holds a full record, so there are no small

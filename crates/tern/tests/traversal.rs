@@ -10,7 +10,7 @@ mod common;
 use std::os::unix::fs::symlink;
 use std::time::Duration;
 
-use common::{exchange, statuses, Tern, IO_METHODS, SECRET};
+use common::{exchange, io_methods, statuses, Tern, SECRET};
 
 const ATTEMPTS: &[&str] = &[
     "/../secret.txt",
@@ -87,7 +87,7 @@ fn traversal_never_leaves_the_root() {
     let site = common::site();
     plant_links(&site);
     for (config_name, config) in common::configs(&site.root) {
-        for io in IO_METHODS {
+        for io in io_methods() {
             let label = format!("{config_name}, {io}");
             let tern = Tern::start(&site.root, io, &config, &[]);
             assert_no_leak(&tern, &label);

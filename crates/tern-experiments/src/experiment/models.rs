@@ -22,6 +22,7 @@ use tern_lab::probe::env::Environment;
 use tern_lab::probe::figure::Better;
 use tern_lab::store::Measurement;
 use tern_server::config::{Config, Model};
+use tern_server::engine;
 
 use super::outcome::{Outcome, Table};
 use super::setup::{gateway_program, Scratch};
@@ -36,14 +37,16 @@ const CONNECTIONS: usize = 64;
 /// The p99 response time a carried step stays within.
 const SLO: Duration = Duration::from_millis(500);
 
-/// The models this tern runs: those of [`Model::ALL`] the config parser
-/// accepts; the others with its reason.
+/// The models this tern runs here: those of [`Model::ALL`] the config
+/// parser accepts and this host can run (`uring` needs io_uring); the
+/// others with the reason.
 fn models() -> (Vec<Model>, Vec<String>) {
     let mut built = Vec::new();
     let mut left = Vec::new();
     for m in Model::ALL {
-        match Config::parse(&format!("[server]\nmodel = \"{}\"\n", m.name()), Path::new("e3")) {
-            Ok(_) => built.push(m),
+        let parsed = Config::parse(&format!("[server]\nmodel = \"{}\"\n", m.name()), Path::new("e3"));
+        match parsed.map_err(|e| e.to_string()).and_then(|c| engine::probe(&c.engine()).map_err(|e| e.to_string())) {
+            Ok(()) => built.push(m),
             Err(e) => left.push(format!("model {} left out: {e}", m.name())),
         }
     }

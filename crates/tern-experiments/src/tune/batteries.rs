@@ -201,7 +201,7 @@ fn buffer_sizes(lab: &Lab) -> &'static [u64] {
 /// The base's method per class as `static.io_methods` writes it: `"auto"`
 /// where the start-up calibration decides (or the rule, for small classes).
 fn base_methods(c: &Config) -> anyhow::Result<Vec<String>> {
-    let io = StaticIo::new(&c.static_files).map_err(anyhow::Error::msg)?;
+    let io = StaticIo::new(&c.static_files, c.sending_methods()).map_err(anyhow::Error::msg)?;
     Ok(io
         .choices()
         .iter()
@@ -222,7 +222,7 @@ fn io(c: &Config) -> anyhow::Result<Battery> {
     let bounds = bounds(c);
     let mut candidates =
         vec![Candidate { name: format!("{} (as configured)", c.static_files.io.name()), settings: vec![] }];
-    for m in static_io::METHODS.iter().filter(|&&m| c.static_files.io != IoChoice::Fixed(m)) {
+    for m in c.sending_methods().iter().filter(|&&m| c.static_files.io != IoChoice::Fixed(m)) {
         candidates.push(Candidate { name: m.name().into(), settings: vec![setting("static", "io", m.name())] });
     }
     let mut workloads = Vec::new();
@@ -251,7 +251,7 @@ fn io(c: &Config) -> anyhow::Result<Battery> {
 /// calibration, which measures `read` with it), sent as configured.
 fn chunk(lab: &Lab, c: &Config) -> anyhow::Result<Result<Battery, String>> {
     let bounds = bounds(c);
-    let io = StaticIo::new(&c.static_files).map_err(anyhow::Error::msg)?;
+    let io = StaticIo::new(&c.static_files, c.sending_methods()).map_err(anyhow::Error::msg)?;
     let classes: Vec<usize> = io
         .choices()
         .iter()

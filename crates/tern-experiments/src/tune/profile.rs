@@ -23,7 +23,8 @@ pub fn run(config: Option<&Path>, duration: &str, output: Option<&Path>) -> anyh
         .with_context(|| format!("--duration `{duration}`: expected a time of at least 50ms, e.g. \"3s\""))?;
     let st = &config.static_files;
     let bounds: Vec<u64> = st.io_classes.iter().map(|b| b.0).collect();
-    let choices = calibrate::run(&bounds, static_io::safe_choices(&bounds), budget, st, &config.limits)
+    let methods = config.sending_methods();
+    let choices = calibrate::run(&bounds, static_io::safe_choices(&bounds), methods, budget, st, &config.limits)
         .context("calibration failed")?;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();

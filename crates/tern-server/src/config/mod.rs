@@ -18,6 +18,7 @@
 mod server;
 mod sites;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -32,6 +33,7 @@ use crate::site::cgi::config::Cgi;
 use crate::site::config::{SiteConfig, SiteKeys, SiteSections, SiteTable};
 use crate::site::fastcgi::config::FastCgi;
 use crate::site::internal::Status;
+use crate::site::proxy::config::Upstream;
 use crate::static_io::StaticFiles;
 use crate::tls::Tls;
 use crate::values::{rebase, Origin};
@@ -61,6 +63,9 @@ pub struct Config {
     pub compression: Compression,
     pub tls: Tls,
     pub staged: Staged,
+    /// Upstream groups of HTTP servers, by name, for the locations' `proxy`.
+    /// Default: none.
+    pub upstream: BTreeMap<String, Upstream>,
     /// Virtual hosts, each with its host names, settings and locations.
     /// Default: none.
     #[serde(rename = "site")]
@@ -106,6 +111,11 @@ impl Config {
         if let Some((section, key, message)) = config.broken_rule() {
             return Err(ConfigError::Rule(format!("{}: {message}", config.at(section, key))));
         }
+        for (name, upstream) in &config.upstream {
+            if let Some((key, message)) = upstream.broken_rule() {
+                return Err(ConfigError::Rule(format!("{}: {message}", config.at(&format!("upstream.{name}"), key))));
+            }
+        }
         if let Some(dir) = origin.parent() {
             if config.server.root.is_relative() {
                 config.server.root = dir.join(&config.server.root);
@@ -120,6 +130,11 @@ impl Config {
             }
             for site in &mut config.sites {
                 site.rebase(dir);
+            }
+            for server in config.upstream.values_mut().flat_map(|u| &mut u.servers) {
+                if let Some(ca) = &mut server.ca {
+                    rebase(ca, dir);
+                }
             }
         }
         Ok(config)
@@ -139,23 +154,39 @@ impl Config {
     }
 
     /// Threads the blocking I/O pool gets: `static.io_threads` under the
-    /// event model, 0 under the others, whose threads may block and so do
-    /// their I/O themselves.
+    /// reactors (`event`, `uring`), 0 under the others, whose threads may
+    /// block and so do their I/O themselves.
     pub fn io_pool_threads(&self) -> usize {
-        if self.server.model == Model::Event {
+        if matches!(self.server.model, Model::Event | Model::Uring) {
             self.static_files.io_threads
         } else {
             0
         }
     }
 
+    /// The static I/O methods this configuration's engine sends with
+    /// (`uring` under the `uring` model only).
+    pub fn sending_methods(&self) -> &'static [IoMethod] {
+        crate::static_io::methods(self.server.model == Model::Uring)
+    }
+
     /// Checks the rules a value's type alone cannot express (also after
     /// command-line overrides): `(section, key, message)` of the first
-    /// broken one. Each section checks its own; the one rule that spans
-    /// sections is here.
+    /// broken one. Each section checks its own; the rules that span
+    /// sections are here.
     pub fn broken_rule(&self) -> Option<(&'static str, &'static str, &'static str)> {
         if self.server.listen.is_empty() && self.tls.listen.is_empty() {
             return Some(("server", "listen", "at least one address is needed (here or in tls.listen)"));
+        }
+        let uring = IoChoice::Fixed(IoMethod::Uring);
+        if self.server.model != Model::Uring {
+            let needs = "\"uring\" reads through the engine's ring: it needs server.model = \"uring\"";
+            if self.static_files.io == uring {
+                return Some(("static", "io", needs));
+            }
+            if self.static_files.io_methods.contains(&uring) {
+                return Some(("static", "io_methods", needs));
+            }
         }
         [
             ("tls", self.tls.broken_rule()),
@@ -180,6 +211,7 @@ impl Config {
             threads: s.threads,
             max_threads: s.max_threads,
             busy_poll: s.busy_poll.0,
+            batch_wait: s.batch_wait.0,
             defer_accept: s.defer_accept.0,
             staged: self.staged.clone(),
         }
@@ -237,6 +269,7 @@ impl Config {
             staged: s.model == Model::Staged,
             io_pool_threads: self.io_pool_threads(),
             origin: &self.origin,
+            upstreams: &self.upstream,
         }
     }
 
@@ -268,7 +301,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::site::fastcgi::config::FastCgiAddress;
+    use crate::site::upstream::address::Address;
     use crate::values::{Bytes, NonZero, UrlPrefix};
 
     fn parse(text: &str) -> Result<Config, String> {
@@ -304,6 +337,12 @@ mod tests {
         assert_eq!(parse("[server]\ndefer_accept = 0\n").unwrap().server.defer_accept.0, Duration::ZERO);
         assert_eq!(parse("[server]\nbusy_poll = \"200us\"\n").unwrap().server.busy_poll.0, Duration::from_micros(200));
         assert_eq!(parse("[server]\nbusy_poll = 0\n").unwrap().server.busy_poll.0, Duration::ZERO);
+        assert_eq!(Config::default().server.batch_wait.0, Duration::ZERO);
+        assert_eq!(
+            parse("[server]\nbatch_wait = \"200us\"\n").unwrap().server.batch_wait.0,
+            Duration::from_micros(200)
+        );
+        assert!(parse("[server]\nbatch_wait = \"11ms\"\n").unwrap_err().contains("server.batch_wait: must be at most"));
         for (text, wanted) in [
             ("[server]\nthreads = 0\n", "line 2: server.threads: must be between 1 and 100000"),
             ("[staged]\nread_threads = 1\nhandle_threads = 0\n", "line 3: staged.handle_threads: must be between 1"),
@@ -381,6 +420,21 @@ mod tests {
     }
 
     #[test]
+    fn the_uring_method_needs_the_uring_model() {
+        let c = parse("[server]\nmodel = \"uring\"\n[static]\nio = \"uring\"\n").unwrap();
+        assert_eq!((c.server.model, c.static_files.io), (Model::Uring, IoChoice::Fixed(IoMethod::Uring)));
+        assert_eq!(c.io_pool_threads(), 32, "a reactor: the I/O pool");
+        assert!(parse("[server]\nmodel = \"uring\"\n[static]\nio_methods = [\"mmap\", \"uring\", \"uring\"]\n").is_ok());
+        for (text, wanted) in [
+            ("[static]\nio = \"uring\"\n", "line 2: static.io: \"uring\" reads through the engine's ring"),
+            ("[static]\nio_methods = [\"mmap\", \"uring\", \"read\"]\n", "line 2: static.io_methods: \"uring\""),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(wanted) && e.contains("server.model = \"uring\""), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
     fn errors_name_key_and_line() {
         let e = parse("[server]\nworkers = 2\n\n[static]\nio = \"splice\"\n").unwrap_err();
         assert!(e.contains("line 5") && e.contains("io") && e.contains("splice"), "{e}");
@@ -439,11 +493,11 @@ mod tests {
         )
         .unwrap();
         let php = &c.fastcgi.backends["php"];
-        assert_eq!(php.address, FastCgiAddress::Unix("/tmp/php.sock".into()));
+        assert_eq!(php.address, Address::Unix("/tmp/php.sock".into()));
         assert_eq!((php.max_connections, php.keep_conn, php.check_file), (NonZero(8), true, true));
         assert_eq!(php.connect_timeout.0, Duration::from_secs(2));
         let app = &c.fastcgi.backends["app"];
-        assert_eq!(app.address, FastCgiAddress::Tcp("127.0.0.1:9000".parse().unwrap()));
+        assert_eq!(app.address, Address::Tcp("127.0.0.1:9000".parse().unwrap()));
         assert_eq!((app.max_connections, app.read_timeout.0), (NonZero(3), Duration::from_millis(500)));
         assert_eq!(app.prefixes, [UrlPrefix("/app".into())]);
         for (text, needle) in [

@@ -79,6 +79,14 @@ pub struct Server {
     /// request usually finds it awake; backs off while polls find nothing.
     /// 0 = sleep at once; at most `"1ms"`. Default `"50us"`.
     pub busy_poll: Seconds,
+    /// `uring`: after a turn with work, how long a worker lets completions
+    /// gather before it wakes for them (io_uring's minimum wait, Linux
+    /// 6.12 or later): at a steady rate, one wake-up serves several
+    /// requests, for at most this much more time per response. Not while
+    /// a worker holds a single connection (its client waits for each
+    /// answer). 0 = wake at the first completion; at most `"10ms"`.
+    /// Default 0.
+    pub batch_wait: Seconds,
     /// How long the kernel holds a new connection before waking a worker
     /// for it while the client has sent nothing (`TCP_DEFER_ACCEPT`): a
     /// connection is accepted with its request (or TLS hello) in hand, one
@@ -113,6 +121,7 @@ impl Default for Server {
             group: String::new(),
             reload_drain_timeout: Seconds(Duration::ZERO),
             busy_poll: Seconds(Duration::from_micros(50)),
+            batch_wait: Seconds(Duration::ZERO),
             defer_accept: Seconds(Duration::from_secs(1)),
             unknown_host: 421,
         }
@@ -134,6 +143,7 @@ impl Server {
             (self.workers > MAX_WORKERS, "workers", "must be at most 1024 (0 = one per usable CPU)"),
             (self.max_connections == 0, "max_connections", "must be at least 1"),
             (self.busy_poll.0 > Duration::from_millis(1), "busy_poll", "must be at most \"1ms\" (0 = off)"),
+            (self.batch_wait.0 > Duration::from_millis(10), "batch_wait", "must be at most \"10ms\" (0 = off)"),
             (
                 self.defer_accept.0.subsec_nanos() != 0 || self.defer_accept.0 > Duration::from_secs(60),
                 "defer_accept",

@@ -36,10 +36,11 @@
 //! hand-over to another server, the end) and `drive`, the loop
 //! that runs the phases. It does no reading, parsing or answering itself.
 
+use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
-use crate::body::OutQueue;
+use crate::body::{OutQueue, Sending};
 use crate::handover::Moved;
 use crate::shared::Shared;
 use crate::site::Peers;
@@ -62,9 +63,10 @@ mod waiting;
 use records::Records;
 use send::{Sent, MAX_GATHERED};
 use state::{Clock, Phase, Timer};
-use transport::{Fill, Transport};
+use transport::{Fill, Ring, RingSend, Transport};
 
 pub use state::{Conn, Status};
+pub use transport::{Fetch, Received};
 
 impl Conn {
     pub fn new(key: usize, sock: TcpStream, peer: SocketAddr, w: &Worker<'_>) -> Conn {
@@ -171,6 +173,80 @@ impl Conn {
             return Status::Closed;
         }
         self.drive(shared, w)
+    }
+
+    /// Has the connection's bytes move through the engine's ring from now
+    /// on (completion I/O), if it can: a plain connection can, one with a
+    /// TLS session cannot (the session reads and writes its socket
+    /// itself). Whether it does.
+    pub fn take_ring(&mut self, shared: &Shared, w: &Worker<'_>) -> bool {
+        if self.fresh {
+            self.open(shared, w);
+        }
+        if self.io.tls.is_none() {
+            self.io.ring = Some(Ring::default());
+        }
+        self.io.ring.is_some()
+    }
+
+    /// Whether the engine is to receive for it through the ring: nothing
+    /// received waits to be read.
+    pub fn wants_data(&self) -> bool {
+        self.io.wants_data()
+    }
+
+    /// A receive through the ring brought `got`.
+    pub fn on_received(&mut self, shared: &Shared, w: &mut Worker<'_>, got: Received) -> Status {
+        let failed = self.io.received(got);
+        self.on_ready(shared, w, false, false, false, failed)
+    }
+
+    /// Gathers the send the connection asked its engine for into `s` (the
+    /// engine submits it and reports with [`Conn::on_sent`]); false when it
+    /// asked for none.
+    pub fn ring_send(&mut self, s: &mut Sending) -> bool {
+        let Some(ring) = self.io.ring.as_mut() else { return false };
+        if ring.send != RingSend::Wanted {
+            return false;
+        }
+        let gathered = self.out.gather_into(s);
+        debug_assert!(gathered, "a send asked for with nothing to gather");
+        ring.send = if gathered { RingSend::InFlight } else { RingSend::Idle };
+        self.io.may_write = !gathered;
+        gathered
+    }
+
+    /// A send through the ring completed: the bytes it sent, or its error.
+    pub fn on_sent(&mut self, shared: &Shared, w: &mut Worker<'_>, result: io::Result<usize>) -> Status {
+        self.io.sent(&mut self.out, result, &mut self.timer.bytes, w);
+        self.drive(shared, w)
+    }
+
+    /// The file region the connection asked its engine to read through
+    /// the ring (the `uring` method), taken; the engine reports with
+    /// [`Conn::on_fetched`].
+    pub fn ring_fetch(&mut self) -> Option<Fetch> {
+        self.io.ring.as_mut()?.fetch.take()
+    }
+
+    /// The ring read the bytes at `offset` asked for (or failed to: a read
+    /// that came back short found the file shrunk).
+    pub fn on_fetched(&mut self, shared: &Shared, w: &mut Worker<'_>, offset: u64, got: io::Result<Vec<u8>>) -> Status {
+        self.io.may_write = true;
+        match got {
+            Ok(bytes) => self.out.insert_read(offset, bytes),
+            Err(err) => {
+                self.read_failed(&err);
+                return Status::Closed;
+            }
+        }
+        self.drive(shared, w)
+    }
+
+    /// Whether a write made by the connection itself blocked and it waits
+    /// for room (the engine reports it with [`Conn::on_ready`], writable).
+    pub fn wants_writable(&self) -> bool {
+        self.io.ring.as_ref().is_some_and(|r| r.writable)
     }
 
     /// The backend's descriptor (or the I/O pool's signal) may have become
@@ -304,6 +380,12 @@ impl Conn {
                     }
                 }
                 Phase::Backend => {
+                    // A tunnel (after `101`): the client's bytes go up too.
+                    match self.tunnel_up(w) {
+                        Some(true) => continue,
+                        Some(false) => {}
+                        None => return Status::Closed,
+                    }
                     // Read on while the program has more (so a short answer
                     // leaves in one write), then flush.
                     let ready = self.backend.as_ref().is_some_and(|b| b.job.ready());
@@ -359,6 +441,10 @@ impl Conn {
     pub fn into_moved(mut self, w: &mut Worker<'_>) -> Moved {
         let mut pending = std::mem::take(&mut self.rbuf);
         pending.drain(..self.rpos);
+        if let Some(staged) = self.io.take_staged() {
+            pending.extend_from_slice(&staged);
+            w.pool.give(staged);
+        }
         if pending.is_empty() {
             w.pool.give(pending);
             pending = Vec::new();
@@ -384,6 +470,9 @@ impl Conn {
             let _ = w.watcher.unwatch(waiting.ticket.fd());
         }
         w.pool.give(std::mem::take(&mut self.rbuf));
+        if let Some(staged) = self.io.take_staged() {
+            w.pool.give(staged);
+        }
         self.out.clear();
         let (buf, _) = self.out.release();
         w.pool.give(buf);

@@ -21,6 +21,7 @@ use crate::worker::Worker;
 
 use super::answer::Answered;
 use super::state::{Backend, Clock, Conn, Phase, Status};
+use super::transport::Fill;
 
 /// Who answers a backend's request: the location's dressing and the site.
 pub(super) type Answerer = (Option<std::sync::Arc<crate::reply::Dressing>>, Option<u32>);
@@ -118,6 +119,42 @@ impl Conn {
         }
     }
 
+    /// In a tunnel, moves what the client sent up to the server (bytes read
+    /// before the switch first). `Some(true)`: progress, look again;
+    /// `Some(false)`: nothing to do now; `None`: close.
+    pub(super) fn tunnel_up(&mut self, w: &mut Worker<'_>) -> Option<bool> {
+        let Some(b) = self.backend.as_mut() else { return Some(false) };
+        let Some(x) = b.job.tunnel() else { return Some(false) };
+        if self.rpos < self.rbuf.len() {
+            if !x.can_upload() {
+                return Some(false);
+            }
+            return match x.upload(&self.rbuf[self.rpos..], w) {
+                Ok(0) => Some(false),
+                Ok(n) => {
+                    self.rpos += n;
+                    Some(true)
+                }
+                Err(_) => None,
+            };
+        }
+        if self.io.peer_closed {
+            x.client_closed();
+            return Some(false);
+        }
+        match self.fill(w) {
+            Fill::Got => Some(true),
+            Fill::Wait => Some(false),
+            Fill::Eof => {
+                if let Some(x) = self.backend.as_mut().and_then(|b| b.job.tunnel()) {
+                    x.client_closed();
+                }
+                Some(false)
+            }
+            Fill::Failed => None,
+        }
+    }
+
     /// Detaches the backend and ends its job (`abandon`: kill the program,
     /// close the FastCGI connection).
     fn end_backend(&mut self, w: &mut Worker<'_>, abandon: bool) -> Box<Backend> {
@@ -188,7 +225,9 @@ impl Conn {
         let client_blocked = !self.out.is_empty();
         let Some(b) = self.backend.as_mut() else { return Status::Open };
         let Some(status) = b.job.expired(w.now, client_blocked, w) else {
-            return Status::Open;
+            // A job its deadline moved on (a proxy that tries another
+            // server) may have work now, with no readiness to come for it.
+            return if b.job.ready() { self.drive(shared, w) } else { Status::Open };
         };
         let b = self.end_backend(w, true);
         if b.job.response().head_sent() {

@@ -40,7 +40,7 @@ impl Conn {
             let limit = w.config.limits.max_header_bytes.usize() + 1024;
             self.rbuf.reserve(limit.saturating_sub(self.rbuf.len()).max(1024));
         }
-        match self.io.read(&mut self.rbuf, &mut self.timer.bytes, w.stats) {
+        match self.io.read(&mut self.rbuf, &mut self.timer.bytes, &mut w.pool, w.stats) {
             Ok(fill) => fill,
             Err(PlainHttp) => {
                 self.answer_plain_http(w);

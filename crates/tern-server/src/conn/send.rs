@@ -15,6 +15,7 @@ use std::os::unix::fs::FileExt;
 use crate::body::Flushed;
 use crate::error_log::{log, Level};
 use crate::offload::Task;
+use crate::open_files::OpenFile;
 use crate::shared::Shared;
 use crate::worker::Worker;
 
@@ -56,13 +57,9 @@ impl Conn {
                     let submitted = pool.submit(Task::Read { file: file.clone(), offset, len });
                     let Ok(ticket) = submitted else {
                         // No eventfd to wait on: read here.
-                        let mut bytes = vec![0; len];
-                        if let Err(err) = file.file.read_exact_at(&mut bytes, offset) {
-                            let eof = err.kind() == std::io::ErrorKind::UnexpectedEof;
-                            self.read_failed(&if eof { file.shrank() } else { err });
+                        if !self.read_here(&file, offset, len) {
                             return Sent::Failed;
                         }
-                        self.out.insert_read(offset, bytes);
                         continue;
                     };
                     w.stats.offloaded_reads.incr();
@@ -73,12 +70,37 @@ impl Conn {
                         _ => Sent::Wait,
                     }
                 }
+                // A region the ring reads (`uring`): the engine reads it
+                // and reports with `Conn::on_fetched`.
+                Ok(Flushed::Fetch { file, offset, len, cached }) => {
+                    if self.io.fetch(&file, offset, len, cached) {
+                        Sent::Wait
+                    } else if self.read_here(&file, offset, len) {
+                        continue;
+                    } else {
+                        Sent::Failed
+                    }
+                }
                 Err(err) => {
                     self.read_failed(&err);
                     Sent::Failed
                 }
             };
         }
+    }
+
+    /// Reads `len` bytes at `offset` of the front file region here, in
+    /// their place in the queue (no pool or ring to read them); false
+    /// when it failed (logged).
+    fn read_here(&mut self, file: &OpenFile, offset: u64, len: usize) -> bool {
+        let mut bytes = vec![0; len];
+        if let Err(err) = file.file.read_exact_at(&mut bytes, offset) {
+            let eof = err.kind() == std::io::ErrorKind::UnexpectedEof;
+            self.read_failed(&if eof { file.shrank() } else { err });
+            return false;
+        }
+        self.out.insert_read(offset, bytes);
+        true
     }
 
     /// Logs a file that could not be sent: one that ended early is the

@@ -16,17 +16,29 @@
 //! still have bytes (`may_read`) or room (`may_write`) and touches it only
 //! when it needs to — a keep-alive request costs one `read` and one
 //! `sendmsg`.
+//!
+//! Under an engine with a ring (`uring`), a plain connection's bytes move
+//! by completion instead ([`Ring`]): the engine receives into buffers of
+//! its own and hands each one over ([`Transport::received`]), which a read
+//! then takes; a write that a `sendmsg` can carry is left to the engine to
+//! submit ([`Ring::send`]) and its outcome reported back
+//! ([`Transport::sent`]). The rest — `sendfile` and `read` regions, the
+//! interim answer, the options — is made here as on any engine; a write
+//! of those that would block asks the engine to say when the socket has
+//! room.
 
 use std::io::{self, IoSlice};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::body::{Flushed, OutQueue};
 use crate::metrics::WorkerStats;
+use crate::open_files::OpenFile;
 use crate::sys;
 use crate::tls::{Got, Session};
-use crate::worker::{Wait, Worker};
+use crate::worker::{BufPool, Wait, Worker};
 
 pub(super) struct Transport {
     pub(super) sock: TcpStream,
@@ -42,6 +54,59 @@ pub(super) struct Transport {
     /// The send buffer was fixed small (a slow reader).
     send_clamped: bool,
     pace: Pace,
+    /// Completion I/O through the engine's ring (plain connections under
+    /// `uring`).
+    pub(super) ring: Option<Ring>,
+}
+
+/// What the engine's ring does for a connection, and what it brought.
+#[derive(Default)]
+pub(super) struct Ring {
+    /// What the last receive brought and no read has taken yet: the
+    /// engine receives again only once it is taken (at most one buffer
+    /// waits, so a client that sends while its answers wait is held back
+    /// by TCP, as a socket nobody reads is). The end of the stream and a
+    /// failure stay, as they would on the socket.
+    staged: Option<Received>,
+    pub(super) send: RingSend,
+    /// What the last send ended with, for the next write to report.
+    failed: Option<io::Error>,
+    /// A write made here would block: the engine is to say when the
+    /// socket has room.
+    pub(super) writable: bool,
+    /// A file region for the engine to read (the `uring` method), until it
+    /// takes it; the connection writes nothing until the bytes are in.
+    pub(super) fetch: Option<Fetch>,
+}
+
+/// A send through the ring.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum RingSend {
+    #[default]
+    Idle,
+    /// The queue's front is ready for the engine to gather and submit.
+    Wanted,
+    /// Submitted; the queue's front stays until it completes.
+    InFlight,
+}
+
+/// A file region for the engine's ring to read (the `uring` method).
+pub struct Fetch {
+    pub file: Arc<OpenFile>,
+    pub offset: u64,
+    pub len: usize,
+    /// Known to be in the page cache: the read is made at once. Else it
+    /// goes to the kernel's worker threads straight away, as a file system
+    /// may block a read asked not to (FUSE's `direct_io` does).
+    pub cached: bool,
+}
+
+/// What a receive through the ring brought.
+pub enum Received {
+    /// Bytes, in a buffer of the worker's pool.
+    Data(Vec<u8>),
+    Eof,
+    Failed,
 }
 
 /// What a read found.
@@ -71,6 +136,69 @@ impl Transport {
             peer_closed: false,
             send_clamped: false,
             pace: Pace::default(),
+            ring: None,
+        }
+    }
+
+    /// Takes the bytes a receive through the engine's ring brought;
+    /// whether it says the connection failed.
+    pub(super) fn received(&mut self, got: Received) -> bool {
+        let Some(ring) = self.ring.as_mut() else { return false };
+        let failed = matches!(got, Received::Failed);
+        self.eof_pending |= matches!(got, Received::Eof);
+        self.may_read = true;
+        ring.staged = Some(got);
+        failed
+    }
+
+    /// Whether the engine is to receive for the connection: it takes
+    /// completion I/O and nothing received waits to be read.
+    pub(super) fn wants_data(&self) -> bool {
+        self.ring.as_ref().is_some_and(|r| r.staged.is_none())
+    }
+
+    /// A send through the ring completed with `result` (its bytes taken
+    /// off `out`, counted into `moved` and the worker's `bytes_sent`). One
+    /// the socket took only part of was held back by its bound, as a
+    /// write that would block; one that found no room at all (the kernel
+    /// may say so of a non-blocking socket rather than wait) waits for
+    /// the engine to report room.
+    pub(super) fn sent(&mut self, out: &mut OutQueue, result: io::Result<usize>, moved: &mut u64, w: &Worker<'_>) {
+        let Some(ring) = self.ring.as_mut() else { return };
+        ring.send = RingSend::Idle;
+        let n = *result.as_ref().unwrap_or(&0);
+        let all = out.ring_sent(n);
+        *moved += n as u64;
+        w.stats.bytes_sent.add(n as u64);
+        self.may_write = true;
+        match result {
+            Ok(_) if all => return,
+            Ok(_) => {}
+            Err(e) if sys::would_block(&e) => {
+                self.may_write = false;
+                ring.writable = true;
+            }
+            Err(e) => return ring.failed = Some(e),
+        }
+        self.held_back(out.written, w);
+    }
+
+    /// Asks the engine's ring to read `len` bytes at `offset` of `file`
+    /// (the `uring` method; `cached`: known to be in the page cache);
+    /// false without a ring.
+    pub(super) fn fetch(&mut self, file: &Arc<OpenFile>, offset: u64, len: usize, cached: bool) -> bool {
+        let Some(ring) = self.ring.as_mut() else { return false };
+        ring.fetch = Some(Fetch { file: file.clone(), offset, len, cached });
+        self.may_write = false;
+        true
+    }
+
+    /// What a receive brought and no read took (the connection moves to
+    /// another server with it).
+    pub(super) fn take_staged(&mut self) -> Option<Vec<u8>> {
+        match self.ring.as_mut()?.staged.take() {
+            Some(Received::Data(bytes)) => Some(bytes),
+            _ => None,
         }
     }
 
@@ -80,6 +208,9 @@ impl Transport {
         self.may_read |= readable || read_closed;
         self.eof_pending |= read_closed;
         self.may_write |= writable;
+        if let Some(ring) = self.ring.as_mut().filter(|_| writable) {
+            ring.writable = false;
+        }
     }
 
     /// The directions not known to be ready, for a blocking engine.
@@ -87,8 +218,9 @@ impl Transport {
         Wait { read: !self.may_read, write: !self.may_write }
     }
 
-    /// Whether a read may find bytes: the socket's edge says so, or a TLS
-    /// session may hold decrypted bytes however the edge stands.
+    /// Whether a read may find bytes: the socket's edge says so (or a
+    /// receive through the ring brought some), or a TLS session may hold
+    /// decrypted bytes however the edge stands.
     pub(super) fn readable(&self) -> bool {
         self.may_read || self.tls.is_some()
     }
@@ -103,9 +235,22 @@ impl Transport {
         self.tls.as_ref().and_then(|t| t.server_name())
     }
 
-    /// Reads what the socket has into `buf`'s spare capacity, counting the
-    /// bytes into `moved`.
-    pub(super) fn read(&mut self, buf: &mut Vec<u8>, moved: &mut u64, stats: &WorkerStats) -> Result<Fill, PlainHttp> {
+    /// Reads what the socket has into `buf`'s spare capacity (or takes
+    /// what the ring received, the buffer it came in going back to `pool`),
+    /// counting the bytes into `moved`.
+    pub(super) fn read(
+        &mut self,
+        buf: &mut Vec<u8>,
+        moved: &mut u64,
+        pool: &mut BufPool,
+        stats: &WorkerStats,
+    ) -> Result<Fill, PlainHttp> {
+        if let Some(ring) = self.ring.as_mut() {
+            self.may_read = false;
+            let fill = take_received(ring, buf, moved, pool);
+            self.peer_closed |= matches!(fill, Fill::Eof);
+            return Ok(fill);
+        }
         let fill = match self.tls.as_mut() {
             Some(tls) => match tls.fill(&self.sock, &mut self.may_read, self.eof_pending, buf, moved, stats) {
                 Got::Data => Fill::Got,
@@ -156,8 +301,20 @@ impl Transport {
 
     /// Writes `out` as far as the socket takes it, counting the bytes into
     /// `moved` and the worker's `bytes_sent`. A write the socket's bound
-    /// held back waits for the next edge, and measures the reader.
+    /// held back waits for the next edge, and measures the reader. Through
+    /// the ring, what a `sendmsg` carries is left to the engine (it waits
+    /// like a write that would block, until [`Transport::sent`]).
     pub(super) fn write(&mut self, out: &mut OutQueue, moved: &mut u64, w: &Worker<'_>) -> io::Result<Flushed> {
+        if let Some(ring) = self.ring.as_mut() {
+            if let Some(e) = ring.failed.take() {
+                return Err(e);
+            }
+            if out.ring_ready() {
+                ring.send = RingSend::Wanted;
+                self.may_write = false;
+                return Ok(Flushed::Blocked);
+            }
+        }
         let before = out.written;
         let result = match self.tls.as_mut() {
             Some(tls) => out.flush_tls(tls, &self.sock, w.now),
@@ -168,6 +325,9 @@ impl Transport {
         w.stats.bytes_sent.add(sent);
         if let Ok(Flushed::Blocked) = &result {
             self.may_write = false;
+            if let Some(ring) = self.ring.as_mut() {
+                ring.writable = true;
+            }
             self.held_back(out.written, w);
         }
         result
@@ -308,6 +468,31 @@ impl Transport {
             }
         }
         self.pace.mark = Some((w.now, acked));
+    }
+}
+
+/// A read through the ring: takes what the last receive brought into
+/// `buf` — the buffer itself when `buf` holds nothing (no copy), else
+/// appended — or says to wait for the next.
+fn take_received(ring: &mut Ring, buf: &mut Vec<u8>, moved: &mut u64, pool: &mut BufPool) -> Fill {
+    match ring.staged.take() {
+        None => Fill::Wait,
+        Some(Received::Data(mut got)) => {
+            let n = got.len();
+            if buf.is_empty() && got.capacity() >= buf.capacity() {
+                std::mem::swap(buf, &mut got);
+            } else {
+                buf.extend_from_slice(&got);
+            }
+            pool.give(got);
+            *moved += n as u64;
+            Fill::Got
+        }
+        Some(end) => {
+            let fill = if matches!(end, Received::Eof) { Fill::Eof } else { Fill::Failed };
+            ring.staged = Some(end);
+            fill
+        }
     }
 }
 

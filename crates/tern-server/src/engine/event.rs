@@ -11,12 +11,12 @@
 //! A connection's second descriptor — a CGI program's output pipe, the
 //! eventfd of a request waiting for a pooled FastCGI connection or for the
 //! I/O pool — has the token beside its socket's, registered through the
-//! [`Watcher`] the worker lends. A pooled FastCGI connection is registered
+//! `Watcher` the worker lends (`watch.rs`). A pooled FastCGI connection is registered
 //! by its place in the pool instead (`Links`), so passing it from one
 //! request of the reactor to the next costs no `epoll_ctl`. What no
 //! descriptor reports (a FastCGI connection handed to a request waiting
 //! for one, a connection that sent its `static.sendfile_max_chunk` and lets
-//! the others go first) rings the reactor's [`Doorbell`], whose connections
+//! the others go first) rings the reactor's doorbell, whose connections
 //! it drives once per turn, before it waits again.
 //!
 //! Besides its listeners, a worker takes connections from its inbox: those
@@ -26,8 +26,6 @@
 
 use std::io;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,18 +40,12 @@ use crate::error_log::{self, log};
 use crate::handover::Moved;
 use crate::metrics::Ending;
 use crate::shared::Shared;
-use crate::worker::{Doorbell, Watcher, Worker};
+use crate::worker::Worker;
 
 use super::busy_poll::BusyPoll;
 use super::front::{self, Listening, WAKE};
+use super::watch::{self, Ready, FILES};
 
-/// Connection `k` has token `2k` for its socket and `2k + 1` for its
-/// backend's descriptor (a CGI pipe, a FastCGI queue ticket); pooled
-/// FastCGI connection `l` has `LINKS + l`, whichever connection uses it
-/// (see [`Links`]); the waker and the listeners have `front`'s tokens.
-const LINKS: usize = 1 << (usize::BITS - 2);
-/// The open-file table's change reports (inotify).
-const FILES: Token = Token(usize::MAX - 1);
 const TICK: Duration = Duration::from_secs(1);
 
 /// What `[server]` tunes of the event engine.
@@ -83,39 +75,20 @@ pub fn run(
             return;
         }
     };
-    let registry = match poll.registry().try_clone() {
-        Ok(r) => r,
+    let (watcher, doorbell, links) = match watch::watcher(&poll, &waker, shared.site.pools.links) {
+        Ok(parts) => parts,
         Err(e) => {
             let _ = ready.send(Err(e));
             return;
         }
     };
-    let bell_waker = waker.clone();
-    let forget = match poll.registry().try_clone() {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = ready.send(Err(e));
-            return;
-        }
-    };
-    let doorbell = Arc::new(Doorbell::new(
-        Box::new(move || _ = bell_waker.wake()),
-        Box::new(move |fd| _ = forget.deregister(&mut SourceFd(&fd.as_raw_fd()))),
-    ));
     let _ = ready.send(Ok(waker));
-    let links = Arc::new(Links::new(shared.site.pools.links));
-    let watcher = EpollWatcher { registry, doorbell: doorbell.clone(), links: links.clone() };
     let mut w = shared.worker(index, Box::new(watcher));
     let mut listening = Listening::new(listeners, &mut w);
     let first_bytes_come_with_accept = !tuning.defer_accept.is_zero();
     // A reactor: what may wait for a disk goes to the I/O pool.
     w.offload = shared.offload.as_ref();
-    if let Some(fd) = w.files.changes_fd().map(|fd| fd.as_raw_fd()) {
-        if let Err(e) = poll.registry().register(&mut SourceFd(&fd), FILES, Interest::READABLE) {
-            log!(Level::Warn, "worker {index}: file changes not watched ({e}); open files are checked on each use");
-            w.files.stop_watching();
-        }
-    }
+    watch::watch_files(&poll, &mut w, index);
     let mut conns: Slab<Conn> = Slab::with_capacity(1024);
     let mut events = Events::with_capacity(1024);
     let mut next_tick = w.now + TICK;
@@ -182,29 +155,19 @@ pub fn run(
                     }
                 }
                 token if listening.ready(token) => {}
-                Token(t) => {
-                    let (key, backend) = match t.checked_sub(LINKS) {
-                        Some(link) => match links.report(link) {
-                            Some(key) => (key, true),
-                            None => continue,
-                        },
-                        None => (t / 2, t % 2 == 1),
-                    };
-                    let readable = event.is_readable() || event.is_error();
-                    let read_closed = event.is_read_closed();
-                    let writable = event.is_writable() || event.is_write_closed() || event.is_error();
-                    let hangup = event.is_error() || (read_closed && event.is_write_closed());
-                    if let Some(conn) = conns.get_mut(key) {
-                        let status = if backend {
+                _ => {
+                    let Some(r) = Ready::of(event, &links) else { continue };
+                    if let Some(conn) = conns.get_mut(r.key) {
+                        let status = if r.backend {
                             front::guarded(&mut w, conn, |c, w| {
-                                c.on_backend_ready(shared, w, readable, writable, read_closed)
+                                c.on_backend_ready(shared, w, r.readable, r.writable, r.read_closed)
                             })
                         } else {
                             front::guarded(&mut w, conn, |c, w| {
-                                c.on_ready(shared, w, readable, writable, read_closed, hangup)
+                                c.on_ready(shared, w, r.readable, r.writable, r.read_closed, r.hangup)
                             })
                         };
-                        settle(shared, &mut w, &poll, &mut conns, key, status, ending);
+                        settle(shared, &mut w, &poll, &mut conns, r.key, status, ending);
                     }
                 }
             }
@@ -332,87 +295,6 @@ fn register(poll: &Poll, conn: &Conn, key: usize) -> bool {
     }
 }
 
-/// Which connection each pooled FastCGI connection in the reactor's set
-/// reports to, by link id: so a link passed from one request to the next
-/// on the reactor stays registered as it is, where a token naming the
-/// connection would cost an `epoll_ctl` per request (with more clients
-/// than links, a link serves another connection almost every time).
-/// Shared by the loop and its watcher, on one thread.
-struct Links(Box<[AtomicUsize]>);
-
-/// A link's entry when it is nobody's, and when something was reported
-/// for it since.
-const NOBODY: usize = usize::MAX;
-const REPORTED: usize = usize::MAX - 1;
-
-impl Links {
-    fn new(count: usize) -> Links {
-        Links((0..count).map(|_| AtomicUsize::new(NOBODY)).collect())
-    }
-
-    /// The connection link `link`'s event is for; none when it is nobody's
-    /// (then remembered for the next to take it).
-    fn report(&self, link: usize) -> Option<usize> {
-        let entry = self.0.get(link)?;
-        match entry.load(Relaxed) {
-            NOBODY | REPORTED => {
-                entry.store(REPORTED, Relaxed);
-                None
-            }
-            key => Some(key),
-        }
-    }
-
-    /// Link `link` reports to `conn` from now on (or to nobody): whether
-    /// something was reported while it was nobody's.
-    fn give(&self, link: usize, conn: usize) -> bool {
-        self.0[link].swap(conn, Relaxed) == REPORTED
-    }
-}
-
-/// Backend descriptors join the worker's epoll set next to its sockets.
-struct EpollWatcher {
-    registry: mio::Registry,
-    doorbell: Arc<Doorbell>,
-    links: Arc<Links>,
-}
-
-impl Watcher for EpollWatcher {
-    fn watch(&self, conn: usize, fd: BorrowedFd<'_>) -> io::Result<()> {
-        let raw = fd.as_raw_fd();
-        self.registry.register(&mut SourceFd(&raw), Token(conn * 2 + 1), Interest::READABLE | Interest::WRITABLE)
-    }
-
-    fn watch_link(&self, conn: usize, link: usize, fd: BorrowedFd<'_>, write: bool, again: bool) -> io::Result<bool> {
-        if again && !write {
-            return Ok(self.links.give(link, conn));
-        }
-        let raw = fd.as_raw_fd();
-        let interest = if write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
-        let token = Token(LINKS + link);
-        if again {
-            self.registry.reregister(&mut SourceFd(&raw), token, interest)?;
-        } else {
-            self.registry.register(&mut SourceFd(&raw), token, interest)?;
-        }
-        // Readiness is reported afresh by the change.
-        self.links.give(link, conn);
-        Ok(false)
-    }
-
-    fn leave_link(&self, link: usize) {
-        self.links.give(link, NOBODY);
-    }
-
-    fn unwatch(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
-        self.registry.deregister(&mut SourceFd(&fd.as_raw_fd()))
-    }
-
-    fn doorbell(&self) -> Option<&Arc<Doorbell>> {
-        Some(&self.doorbell)
-    }
-}
-
 fn close(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize) {
     let mut conn = conns.remove(key);
     // Counted as closed before the socket is: a client that sees the close
@@ -420,27 +302,4 @@ fn close(shared: &Shared, w: &mut Worker<'_>, conns: &mut Slab<Conn>, key: usize
     front::forget(shared, w, conn.peer());
     // Closing the descriptor also removes it from the epoll set.
     conn.recycle(w);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_link_reports_to_its_connection_and_keeps_what_came_while_it_was_nobodys() {
-        let links = Links::new(2);
-        // Nobody's at first: an event is kept for the next to take it.
-        assert_eq!(links.report(1), None);
-        assert!(links.give(1, 7), "the event while nobody's");
-        assert_eq!(links.report(1), Some(7));
-        // Left between requests, taken by another connection quietly.
-        assert!(!links.give(1, NOBODY));
-        assert!(!links.give(1, 9));
-        assert_eq!(links.report(1), Some(9));
-        // The other link is apart; an id past the table is nobody's.
-        assert_eq!(links.report(0), None);
-        assert_eq!(links.report(2), None);
-        assert!(!links.give(1, NOBODY));
-        assert!(links.give(0, 4));
-    }
 }

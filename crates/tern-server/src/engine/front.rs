@@ -268,8 +268,7 @@ pub fn refuse(w: &Worker<'_>, stream: TcpStream, peer: SocketAddr, why: Refusal)
 /// a front holds in `conns` (as Apache's event MPM does), so idle clients
 /// cannot keep new ones out. Returns whether there was one.
 pub fn evict_idle(shared: &Shared, w: &mut Worker<'_>, registry: &Registry, conns: &mut Slab<Conn>) -> bool {
-    let oldest = conns.iter().filter_map(|(k, c)| c.idle_since().map(|t| (t, k))).min();
-    let Some((_, key)) = oldest else { return false };
+    let Some(key) = oldest_idle(conns.iter()) else { return false };
     w.stats.evicted.incr();
     let mut conn = take(registry, conns, key);
     // Uncounted before the socket closes: the new connection, counted
@@ -277,6 +276,11 @@ pub fn evict_idle(shared: &Shared, w: &mut Worker<'_>, registry: &Registry, conn
     forget(shared, w, conn.peer());
     conn.recycle(w);
     true
+}
+
+/// The longest-idle keep-alive connection among a front's.
+pub fn oldest_idle<'c>(conns: impl Iterator<Item = (usize, &'c Conn)>) -> Option<usize> {
+    conns.filter_map(|(k, c)| c.idle_since().map(|t| (t, k))).min().map(|(_, k)| k)
 }
 
 /// Room at the cap for front `index`: its own longest-idle connection,
@@ -295,8 +299,14 @@ pub fn make_room(
 /// Once per loop turn of front `index`: closes the idle connections other
 /// fronts asked it for, then publishes how many it holds idle.
 pub fn give_room(shared: &Shared, w: &mut Worker<'_>, index: usize, registry: &Registry, conns: &mut Slab<Conn>) {
+    give_room_by(shared, w, index, |w| evict_idle(shared, w, registry, conns));
+}
+
+/// [`give_room`] for a front that closes its longest-idle connection with
+/// `evict` (whether it had one).
+pub fn give_room_by(shared: &Shared, w: &mut Worker<'_>, index: usize, mut evict: impl FnMut(&mut Worker<'_>) -> bool) {
     for _ in 0..shared.room.take_asked(index) {
-        if !evict_idle(shared, w, registry, conns) {
+        if !evict(w) {
             break;
         }
     }

@@ -13,6 +13,9 @@
 //! - `staged.rs`: the pool's fronts, and threads per stage (read, handle,
 //!   send, log) with bounded queues between them.
 //! - `per_request.rs`: a thread per connection (`blocking.rs`).
+//! - `uring/`: a reactor per worker thread on io_uring (completion I/O).
+//! - `watch.rs`: what a reactor's epoll set watches besides sockets
+//!   (backend descriptors, file changes, the waker).
 //! - `front.rs`: starting threads, admission and counts, shared by all.
 
 pub mod blocking;
@@ -22,6 +25,8 @@ pub mod front;
 pub mod per_request;
 pub mod pool;
 pub mod staged;
+pub mod uring;
+pub mod watch;
 
 use std::io;
 use std::net::TcpListener;
@@ -50,12 +55,16 @@ pub enum Model {
     Staged,
     /// A thread per connection, blocking in `poll(2)`.
     PerRequest,
+    /// A reactor per worker thread on io_uring: accepts, receives and
+    /// sends through a ring, one submission per loop turn (Linux 6.1 or
+    /// later; refused at start where io_uring is disabled).
+    Uring,
 }
 
 impl Model {
     /// Every model there is, built or not: what the lab's E3 tries, each
     /// kept only when `Config::parse` accepts it.
-    pub const ALL: [Model; 4] = [Model::Event, Model::Pool, Model::Staged, Model::PerRequest];
+    pub const ALL: [Model; 5] = [Model::Event, Model::Pool, Model::Staged, Model::PerRequest, Model::Uring];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -63,6 +72,7 @@ impl Model {
             Model::Pool => "pool",
             Model::Staged => "staged",
             Model::PerRequest => "per-request",
+            Model::Uring => "uring",
         }
     }
 }
@@ -75,7 +85,8 @@ impl std::str::FromStr for Model {
             "pool" => Ok(Model::Pool),
             "staged" => Ok(Model::Staged),
             "per-request" => Ok(Model::PerRequest),
-            _ => Err(format!("unknown model `{s}` (expected event, pool, staged or per-request)")),
+            "uring" => Ok(Model::Uring),
+            _ => Err(format!("unknown model `{s}` (expected event, pool, staged, per-request or uring)")),
         }
     }
 }
@@ -93,6 +104,8 @@ pub struct Plan {
     pub max_threads: usize,
     /// `server.busy_poll` (`event`).
     pub busy_poll: Duration,
+    /// `server.batch_wait` (`uring`).
+    pub batch_wait: Duration,
     /// `server.defer_accept`: a new connection comes with its first bytes.
     pub defer_accept: Duration,
     pub staged: Staged,
@@ -105,7 +118,16 @@ pub fn stat_blocks(plan: &Plan, workers: usize) -> usize {
         Model::Pool => pool::stat_blocks(workers, plan.threads),
         Model::PerRequest => per_request::stat_blocks(plan.max_threads),
         Model::Staged => staged::stat_blocks(workers, &plan.staged),
-        Model::Event => workers,
+        Model::Event | Model::Uring => workers,
+    }
+}
+
+/// Whether the planned engine can run here: `uring` needs io_uring (the
+/// error names why not); the others run everywhere.
+pub fn probe(plan: &Plan) -> io::Result<()> {
+    match plan.model {
+        Model::Uring => uring::probe(),
+        _ => Ok(()),
     }
 }
 
@@ -118,6 +140,14 @@ pub fn start(shared: &Arc<Shared>, plan: &Plan, per_worker: Vec<Vec<TcpListener>
             front::fronts(shared, sets.len(), "tern-worker", |index| {
                 let (shared, listeners) = (shared.clone(), sets.next().unwrap_or_default());
                 move |inbox, ready| event::run(&shared, tuning, index, listeners, inbox, ready)
+            })
+        }
+        Model::Uring => {
+            let mut sets = per_worker.into_iter();
+            let tuning = uring::Tuning { batch_wait: plan.batch_wait, defer_accept: plan.defer_accept };
+            front::fronts(shared, sets.len(), "tern-worker", |index| {
+                let (shared, listeners) = (shared.clone(), sets.next().unwrap_or_default());
+                move |inbox, ready| uring::run(&shared, tuning, index, listeners, inbox, ready)
             })
         }
         Model::Pool => pool::start(shared, plan.threads, per_worker),
@@ -142,7 +172,7 @@ mod tests {
     #[test]
     fn model_names() {
         assert_eq!("per-request".parse::<Model>(), Ok(Model::PerRequest));
-        assert!("fork".parse::<Model>().unwrap_err().contains("expected event, pool, staged or per-request"));
+        assert!("fork".parse::<Model>().unwrap_err().contains("expected event, pool, staged, per-request or uring"));
         assert!(Model::ALL.iter().all(|m| m.name().parse() == Ok(*m)));
     }
 }

@@ -13,10 +13,12 @@ use crate::worker::{Wait, Worker};
 
 use super::cgi::{self, Pump, Response};
 use super::fastcgi::exchange::Exchange;
+use super::proxy;
 
 pub enum Job {
     Cgi(cgi::Running),
     FastCgi(Box<Exchange>),
+    Proxy(Box<proxy::exchange::Exchange>),
 }
 
 impl Job {
@@ -25,6 +27,7 @@ impl Job {
         match self {
             Job::Cgi(r) => w.watcher.watch(key, r.stdout()),
             Job::FastCgi(x) => x.watch(key, w),
+            Job::Proxy(x) => x.watch(key, w),
         }
     }
 
@@ -34,6 +37,7 @@ impl Job {
         match self {
             Job::Cgi(r) => r.wait(),
             Job::FastCgi(x) => x.wait(),
+            Job::Proxy(x) => x.wait(),
         }
     }
 
@@ -42,6 +46,7 @@ impl Job {
         match self {
             Job::Cgi(r) => r.on_ready(readable, closed),
             Job::FastCgi(x) => x.on_ready(readable, writable, closed),
+            Job::Proxy(x) => x.on_ready(readable, writable, closed),
         }
     }
 
@@ -50,6 +55,7 @@ impl Job {
         match self {
             Job::Cgi(r) => r.readable(),
             Job::FastCgi(x) => x.ready(),
+            Job::Proxy(x) => x.ready(),
         }
     }
 
@@ -65,6 +71,16 @@ impl Job {
                 pump
             }
             Job::FastCgi(x) => x.pump(out, params, chunk, w),
+            Job::Proxy(x) => x.pump(out, params, chunk, w),
+        }
+    }
+
+    /// A tunnel (after `101`) that takes the client's bytes now, if the
+    /// job is one.
+    pub fn tunnel(&mut self) -> Option<&mut proxy::exchange::Exchange> {
+        match self {
+            Job::Proxy(x) if x.tunnel() => Some(x),
+            _ => None,
         }
     }
 
@@ -72,7 +88,7 @@ impl Job {
     pub fn exit_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match self {
             Job::Cgi(r) => r.exit_fd(),
-            Job::FastCgi(_) => None,
+            Job::FastCgi(_) | Job::Proxy(_) => None,
         }
     }
 
@@ -80,6 +96,7 @@ impl Job {
         match self {
             Job::Cgi(r) => &r.response,
             Job::FastCgi(x) => &x.response,
+            Job::Proxy(x) => &x.response,
         }
     }
 
@@ -95,6 +112,7 @@ impl Job {
                 504
             }),
             Job::FastCgi(x) => x.expired(now, client_blocked),
+            Job::Proxy(x) => x.expired(now, client_blocked, w),
         }
     }
 
@@ -110,6 +128,7 @@ impl Job {
                 w.reaper.collect(r.pid(), w.now, &w.server.cgi_running);
             }
             Job::FastCgi(x) => x.end(w, abandon),
+            Job::Proxy(x) => x.end(w, abandon),
         }
     }
 }

@@ -175,6 +175,13 @@ pub struct LocationSettings {
     pub cgi: Option<bool>,
     /// False: no request here goes to a FastCGI backend. Default true.
     pub fastcgi: Option<bool>,
+    /// Sends every request to this upstream group (`[upstream.NAME]`): the
+    /// location is a reverse proxy. Default: none.
+    pub proxy: Option<String>,
+    /// The `Host` a proxied request carries: `"pass"` (the client's),
+    /// `"upstream"` (the group's name, as nginx's `$proxy_host`) or a name
+    /// to send. Default `"pass"`.
+    pub proxy_host: Option<String>,
 }
 
 /// `respond`: a fixed response.

@@ -101,6 +101,10 @@ impl Table<'_> {
                 format!("{status}: a fixed response of {} bytes ({content_type})", body.len())
             }
             Action::Files(_) => files(site, loc, rel, norm.trailing_slash, &mut notes),
+            Action::Proxy { group, .. } => {
+                let servers: Vec<String> = group.servers.iter().map(|s| s.address.to_string()).collect();
+                format!("proxied to upstream `{}` ({})", group.name, servers.join(", "))
+            }
         };
         Route::answer(notes, answer)
     }

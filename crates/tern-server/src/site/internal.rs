@@ -4,11 +4,13 @@
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tern_http::{Method, Request};
 
-use super::fastcgi::backends::Pools;
+use super::proxy::group::Group;
+use super::upstream::pool::Pools;
 use crate::access_log;
 use crate::compress::config::WhenFull;
 use crate::compress::Compression;
@@ -77,15 +79,24 @@ pub struct Settings {
     pub compression_enabled: bool,
 }
 
+/// What the pages show beside the workers' counters: the server's shared
+/// machinery.
+#[derive(Clone, Copy)]
+pub struct Shown<'a> {
+    pub compression: &'a Compression,
+    pub pools: &'a Pools,
+    pub groups: &'a [Arc<Group>],
+}
+
 pub fn serve(
     req: &Request<'_>,
     peer: SocketAddr,
     settings: &Settings,
-    compression: &Compression,
-    pools: &Pools,
+    shown: Shown<'_>,
     reply: &mut Reply<'_>,
     w: &mut Worker<'_>,
 ) {
+    let Shown { compression, pools, groups } = shown;
     let (config, server) = (w.config, w.server);
     let status = &settings.status;
     if !status.allow.iter().any(|n| n.contains(peer.ip())) {
@@ -153,6 +164,7 @@ pub fn serve(
             "compression": compression_json(compression, settings.compression_enabled, &t),
             "fastcgi": fastcgi_json(pools),
             "sites": sites_json(config, server),
+            "upstreams": upstreams_json(groups),
             "stages": settings.staged.then(|| stages_json(server)),
             "tls": {
                 "connections": t.tls_active,
@@ -176,6 +188,7 @@ pub fn serve(
     compression_prometheus(&mut text, compression, &t);
     fastcgi_prometheus(&mut text, pools);
     sites_prometheus(&mut text, config, server);
+    upstreams_prometheus(&mut text, groups);
     if settings.staged {
         stages_prometheus(&mut text, server);
     }
@@ -185,6 +198,54 @@ pub fn serve(
     reply.end_head(text.len() as u64);
     if req.method != Method::Head {
         reply.body(text.as_bytes());
+    }
+}
+
+/// Each upstream group's servers: up or down, requests in flight.
+fn upstreams_json(groups: &[Arc<Group>]) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for g in groups {
+        let servers: Vec<_> = g
+            .servers
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "address": s.address.to_string(),
+                    "up": !s.health.down(),
+                    "active": s.pool.in_flight.load(Relaxed),
+                    "open": s.pool.snapshot().open,
+                })
+            })
+            .collect();
+        out.insert(g.name.clone(), serde_json::json!({ "servers": servers }));
+    }
+    serde_json::Value::Object(out)
+}
+
+fn upstreams_prometheus(text: &mut String, groups: &[Arc<Group>]) {
+    if groups.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tern_upstream_up Whether an upstream server may get requests.\n# TYPE tern_upstream_up gauge"
+    );
+    for g in groups {
+        for s in &g.servers {
+            let up = u8::from(!s.health.down());
+            let _ = writeln!(text, "tern_upstream_up{{upstream=\"{}\",server=\"{}\"}} {up}", label(&g.name), s.address);
+        }
+    }
+    let _ = writeln!(
+        text,
+        "# HELP tern_upstream_active Requests in flight to an upstream server.\n# TYPE tern_upstream_active gauge"
+    );
+    for g in groups {
+        for s in &g.servers {
+            let n = s.pool.in_flight.load(Relaxed);
+            let _ =
+                writeln!(text, "tern_upstream_active{{upstream=\"{}\",server=\"{}\"}} {n}", label(&g.name), s.address);
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use tern_http::response;
 
 use super::access::Access;
 use super::config::{Headers, LocationSettings, Respond};
+use super::proxy::group::Group;
 use super::static_files;
 use super::template::Template;
 use crate::compress::Policy;
@@ -30,6 +31,18 @@ pub enum Action {
     Redirect { to: Template, status: u16 },
     /// Answers every request with a fixed response.
     Respond { status: u16, content_type: String, body: Vec<u8> },
+    /// Sends every request to an upstream group.
+    Proxy { group: Arc<Group>, host: ProxyHost },
+}
+
+/// The `Host` of a proxied request (`proxy_host`).
+pub enum ProxyHost {
+    /// The client's.
+    Pass,
+    /// The upstream group's name.
+    Upstream,
+    /// This name.
+    Name(Vec<u8>),
 }
 
 /// Where a location's files are, and how they are served.
@@ -94,6 +107,8 @@ pub struct Build<'a> {
     pub policy: Arc<Policy>,
     pub roots: Vec<(RootKey, Arc<Root>)>,
     pub htpasswd: Vec<((PathBuf, bool), Arc<Htpasswd>)>,
+    /// The upstream groups a `proxy` may name.
+    pub groups: &'a [Arc<Group>],
 }
 
 impl Build<'_> {
@@ -113,17 +128,35 @@ impl Build<'_> {
             };
         }
         let compression = pick!(compression).copied().unwrap_or(true);
-        let action = match (pick!(redirect), pick!(respond)) {
-            (Some(_), Some(_)) => return Err("`redirect` and `respond` cannot both answer".into()),
-            (Some(to), None) => Action::Redirect {
+        let action = match (pick!(redirect), pick!(respond), pick!(proxy)) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
+                return Err("only one of `redirect`, `respond` and `proxy` can answer".into())
+            }
+            (None, None, Some(name)) => Action::Proxy {
+                group: self
+                    .groups
+                    .iter()
+                    .find(|g| g.name == *name)
+                    .cloned()
+                    .ok_or_else(|| format!("proxy: no [upstream.{name}] is configured"))?,
+                host: match pick!(proxy_host).map(String::as_str) {
+                    None | Some("pass") => ProxyHost::Pass,
+                    Some("upstream") => ProxyHost::Upstream,
+                    Some(name) if !name.is_empty() && tern_http::host::valid_authority(name.as_bytes(), false) => {
+                        ProxyHost::Name(name.as_bytes().to_vec())
+                    }
+                    Some(name) => return Err(format!("proxy_host: `{name}` is not \"pass\", \"upstream\" or a host")),
+                },
+            },
+            (Some(to), None, None) => Action::Redirect {
                 to: Template::parse(to).map_err(|e| format!("redirect: {e}"))?,
                 status: match pick!(redirect_status).copied().unwrap_or(302) {
                     s @ (301 | 302 | 303 | 307 | 308) => s,
                     s => return Err(format!("redirect_status: {s} is not 301, 302, 303, 307 or 308")),
                 },
             },
-            (None, Some(r)) => respond(r)?,
-            (None, None) => Action::Files(self.dir(own, site, prefix, compression)?),
+            (None, Some(r), None) => respond(r)?,
+            (None, None, None) => Action::Files(self.dir(own, site, prefix, compression)?),
         };
         let access = match pick!(access) {
             Some(rules) if !rules.is_empty() => Some(Access::new(rules).map_err(|e| format!("access: {e}"))?),

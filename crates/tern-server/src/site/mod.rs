@@ -17,10 +17,12 @@ pub mod internal;
 pub mod listing;
 pub mod location;
 pub mod locations;
+pub mod proxy;
 pub mod request;
 pub mod static_files;
 pub mod template;
 pub mod trace;
+pub mod upstream;
 pub mod vhost;
 
 use std::path::PathBuf;
@@ -69,6 +71,8 @@ pub struct Plan<'a> {
     /// Where the configuration came from: errors name key and line, and
     /// the file itself is never served.
     pub origin: &'a Origin,
+    /// `[upstream.NAME]`: the groups the locations' `proxy` names.
+    pub upstreams: &'a std::collections::BTreeMap<String, proxy::config::Upstream>,
 }
 
 /// Every site of a server, and the routing table to them.
@@ -76,7 +80,7 @@ pub struct Sites {
     hosts: Hosts,
     pub sites: Vec<Site>,
     /// The FastCGI pools of every site.
-    pub pools: fastcgi::backends::Pools,
+    pub pools: upstream::pool::Pools,
     pub compression: Compression,
     unknown_host: u16,
     /// The status page and metrics (`[status]`).
@@ -86,6 +90,8 @@ pub struct Sites {
     body_buffer: usize,
     /// Applications mounted by the composition root (none for `tern serve`).
     pub apps: app::Apps,
+    /// The upstream groups (`[upstream.NAME]`).
+    pub groups: Vec<Arc<proxy::group::Group>>,
 }
 
 impl Sites {
@@ -93,7 +99,11 @@ impl Sites {
     /// by the server (its background threads). An error names the site,
     /// its line and what is wrong.
     pub fn new(plan: Plan<'_>, compression: Compression) -> std::io::Result<Sites> {
-        let mut pools = fastcgi::backends::Pools::default();
+        let mut pools = upstream::pool::Pools::default();
+        let mut groups = Vec::with_capacity(plan.upstreams.len());
+        for (name, u) in plan.upstreams {
+            groups.push(Arc::new(proxy::group::Group::new(name, u, &mut pools)?));
+        }
         let mut sites = Vec::with_capacity(plan.sites.len());
         let mut names = Vec::with_capacity(plan.sites.len());
         let mut default = None;
@@ -122,7 +132,7 @@ impl Sites {
             if sc.keys.hosts.is_empty() && !sc.keys.default {
                 return Err(fail("`hosts`: a site needs host names, or `default = true`".into()));
             }
-            sites.push(build(&plan, sc, &mut pools).map_err(fail)?);
+            sites.push(build(&plan, sc, &mut pools, &groups).map_err(fail)?);
         }
         let listed: Vec<(&str, &[String])> =
             plan.sites.iter().map(|sc| (site_name(sc), sc.keys.hosts.as_slice())).collect();
@@ -142,6 +152,7 @@ impl Sites {
             },
             body_buffer: plan.limits.body_buffer.usize(),
             apps: app::Apps::default(),
+            groups,
         })
     }
 
@@ -164,7 +175,8 @@ impl Sites {
     ) -> Answer {
         let status = &self.internal.status;
         if status.enabled && (req.path == status.path || req.path == status.metrics_path) {
-            internal::serve(req, ends.peer(), &self.internal, &self.compression, &self.pools, reply, w);
+            let shown = internal::Shown { compression: &self.compression, pools: &self.pools, groups: &self.groups };
+            internal::serve(req, ends.peer(), &self.internal, shown, reply, w);
             return Answer::Done;
         }
         if req.form == TargetForm::Asterisk || req.form == TargetForm::Authority {
@@ -213,7 +225,12 @@ pub fn site_name(sc: &SiteConfig) -> &str {
 }
 
 /// One site, its directories opened and its locations prepared.
-fn build(plan: &Plan<'_>, sc: &SiteConfig, pools: &mut fastcgi::backends::Pools) -> Result<Site, String> {
+fn build(
+    plan: &Plan<'_>,
+    sc: &SiteConfig,
+    pools: &mut upstream::pool::Pools,
+    groups: &[Arc<proxy::group::Group>],
+) -> Result<Site, String> {
     let symlinks = sc.keys.symlinks.unwrap_or(plan.symlinks);
     let root = sc.settings.root.clone().unwrap_or_else(|| plan.root.clone());
     let index = sc.settings.index.clone().unwrap_or_else(|| plan.index.clone());
@@ -230,6 +247,7 @@ fn build(plan: &Plan<'_>, sc: &SiteConfig, pools: &mut fastcgi::backends::Pools)
         policy: Arc::new(Policy::new(&sections.compression)),
         roots: Vec::new(),
         htpasswd: Vec::new(),
+        groups,
     };
     let base = build.location("the site's own settings".into(), &sc.settings, &sc.settings, None)?;
     if let location::Action::Files(dir) = &base.action {

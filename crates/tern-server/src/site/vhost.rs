@@ -9,8 +9,9 @@ use tern_http::path::Normalized;
 use tern_http::Request;
 
 use super::backend::Job;
-use super::location::{Action, Dir, Location, TryFile};
+use super::location::{Action, Dir, Location, ProxyHost, TryFile};
 use super::locations::Locations;
+use super::proxy::exchange;
 use super::request::{Answer, Ends};
 use super::template::Parts;
 use super::trace::Trace;
@@ -107,6 +108,34 @@ impl Site {
                 Answer::Done
             }
             Action::Files(dir) => self.files(loc, dir, req, norm, body, ends, reply, w, common),
+            Action::Proxy { group, host } => {
+                let host = match host {
+                    ProxyHost::Pass => req.host.unwrap_or_default().as_bytes(),
+                    ProxyHost::Upstream => group.name.as_bytes(),
+                    ProxyHost::Name(name) => name,
+                };
+                let launch = exchange::Launch {
+                    group: group.clone(),
+                    host,
+                    body: body.take(),
+                    window: common.body_buffer,
+                    peer: ends.peer().ip(),
+                    https: ends.https,
+                    upgrade: req.method == tern_http::Method::Get
+                        && req.values("upgrade").next().is_some()
+                        && req
+                            .values("connection")
+                            .any(|v| v.split(|&b| b == b',').any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))),
+                    doorbell: w.watcher.doorbell(),
+                };
+                match exchange::Exchange::start(req, launch) {
+                    Ok(x) => Answer::Backend(Job::Proxy(Box::new(x))),
+                    Err(status) => {
+                        reply.error(status);
+                        Answer::Done
+                    }
+                }
+            }
         }
     }
 

@@ -51,12 +51,12 @@ pub struct Args {
     pub listen: Vec<Listen>,
     /// How static files are sent: one method for all, or `auto` (per size
     /// class, measured on this host; overrides `static.io`).
-    #[arg(long, value_name = "METHOD", value_parser = ["auto", "sendfile", "mmap", "read"])]
+    #[arg(long, value_name = "METHOD", value_parser = ["auto", "sendfile", "mmap", "read", "uring"])]
     pub io: Option<String>,
     /// Worker threads; 0 = one per usable CPU (overrides `server.workers`).
     #[arg(short, long, value_name = "N")]
     pub workers: Option<usize>,
-    /// Concurrency model: event, pool, staged or per-request (overrides
+    /// Concurrency model: event, pool, staged, per-request or uring (overrides
     /// `server.model`; the stages' threads are set in `[staged]`).
     #[arg(long, value_name = "MODEL")]
     pub model: Option<Model>,

@@ -5,6 +5,7 @@
 pub mod chromium;
 pub mod lab;
 pub mod tls;
+pub mod upstream;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -12,7 +13,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const IO_METHODS: [&str; 3] = ["sendfile", "mmap", "read"];
+/// Every static I/O method the suite's model sends with: `uring` reads
+/// through the `uring` engine's ring, so only under that model.
+pub fn io_methods() -> Vec<&'static str> {
+    let mut methods = vec!["sendfile", "mmap", "read"];
+    if model().as_deref() == Some("uring") {
+        methods.push("uring");
+    }
+    methods
+}
 
 /// The shared HTTP/1.1 request corpus: `$TERN_HTTP1_CORPUS`, else
 /// `../shared/http1-corpus` beside the repository, else this machine's
@@ -47,7 +56,7 @@ pub fn model() -> Option<String> {
 }
 
 /// Every model a test that loops over models covers.
-pub const MODELS: [&str; 4] = ["event", "pool", "staged", "per-request"];
+pub const MODELS: [&str; 5] = ["event", "pool", "staged", "per-request", "uring"];
 
 pub fn tern_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tern")

@@ -796,13 +796,35 @@ impl Response {
             },
             None => None,
         };
+        let relayed = fields.iter().copied().filter(|(name, _)| {
+            let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
+            !(is("status") || is("content-length") || HOP_BY_HOP.iter().any(|&h| is(h)))
+        });
+        self.start(out, params, status, relayed, length);
+        if body_start < head.len() {
+            let at = out.buf.len();
+            out.buf.extend_from_slice(&head[body_start..]);
+            self.frame(out, at, 0);
+        }
+        out.commit_buf();
+        Pump::Progress
+    }
+
+    /// Queues the head of a response of `status` with `fields` (checked and
+    /// filtered by the caller) and a body of `length` bytes (`None`:
+    /// unknown, framed as chunks or by the close); the body follows through
+    /// [`Response::feed`]. A gateway's head and a proxied one start here.
+    pub fn start<'f>(
+        &mut self,
+        out: &mut OutQueue,
+        params: &Params<'_>,
+        status: u16,
+        fields: impl Iterator<Item = Field<'f>>,
+        length: Option<u64>,
+    ) {
         let mut r = Reply::with(out, params);
         r.head(status);
-        for (name, value) in &fields {
-            let is = |n: &str| name.eq_ignore_ascii_case(n.as_bytes());
-            if is("status") || is("content-length") || HOP_BY_HOP.iter().any(|&h| is(h)) {
-                continue;
-            }
+        for (name, value) in fields {
             let buf = r.buf();
             buf.extend_from_slice(name);
             buf.extend_from_slice(b": ");
@@ -823,13 +845,6 @@ impl Response {
             _ => 0,
         };
         self.output = Output::Body(framing, remaining);
-        if body_start < head.len() {
-            let at = out.buf.len();
-            out.buf.extend_from_slice(&head[body_start..]);
-            self.frame(out, at, 0);
-        }
-        out.commit_buf();
-        Pump::Progress
     }
 
     /// Where body bytes go in `out.buf`: after room for the chunk size,
@@ -938,7 +953,7 @@ fn find_head_end(head: &[u8]) -> Option<(usize, usize)> {
 /// Parses the program's header lines; any invalid line refuses the whole
 /// response (it must never reach the client).
 /// A header field as printed by a program: name and value.
-type Field<'a> = (&'a [u8], &'a [u8]);
+pub type Field<'a> = (&'a [u8], &'a [u8]);
 
 fn parse_fields(block: &[u8]) -> Result<Vec<Field<'_>>, &'static str> {
     let mut fields = Vec::new();

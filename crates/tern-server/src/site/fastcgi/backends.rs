@@ -11,10 +11,11 @@ use std::time::Instant;
 
 use rustix::fs::FileType;
 
-use super::config::{FastCgi, FastCgiAddress};
-use super::pool::Pool;
+use super::config::FastCgi;
 use crate::open_files::OpenFileTable;
 use crate::resolve::{ResolveError, Root};
+use crate::site::upstream::address::Address;
+use crate::site::upstream::pool::{Pool, Pools};
 
 /// One configured backend as a site sees it: its routes, its pool (shared
 /// by every site that inherits the backend) and its limits.
@@ -44,41 +45,6 @@ pub struct Settings {
     pub backends: Vec<Arc<Backend>>,
 }
 
-/// Every FastCGI pool of a server. A backend of the top-level `[fastcgi]`
-/// has one pool, whichever sites inherit it; a backend a site defines has
-/// its own.
-#[derive(Default)]
-pub struct Pools {
-    /// `NAME` for a top-level backend, `SITE/NAME` for a site's own.
-    pools: Vec<(String, Arc<Pool>)>,
-    /// How many places all pools have: their ids are below.
-    pub links: usize,
-}
-
-impl Pools {
-    /// Each pool once, with its backend's name.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &Pool)> {
-        self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
-    }
-
-    /// The server was replaced: see [`Pool::retire`].
-    pub fn retire(&self) {
-        for (_, pool) in &self.pools {
-            pool.retire();
-        }
-    }
-
-    fn get(&mut self, key: String, address: &FastCgiAddress, cap: usize) -> Arc<Pool> {
-        if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
-            return pool.clone();
-        }
-        let pool = Arc::new(Pool::new(address.clone(), cap, self.links));
-        self.links += cap;
-        self.pools.push((key, pool.clone()));
-        pool
-    }
-}
-
 /// A request routed to a backend: the backend and the length of the
 /// normalised path that names the script (the rest is `PATH_INFO`).
 pub struct Route {
@@ -103,7 +69,7 @@ impl Settings {
                 check_file: b.check_file,
                 root: b.root.as_ref().map(|r| r.as_os_str().as_bytes().to_vec()),
                 keep_conn: b.keep_conn,
-                peek_replies: b.keep_conn && matches!(b.address, FastCgiAddress::Unix(_)),
+                peek_replies: b.keep_conn && matches!(b.address, Address::Unix(_)),
                 connect_timeout: b.connect_timeout.0,
                 read_timeout: b.read_timeout.0,
                 queue_timeout: b.queue_timeout.0,
@@ -188,7 +154,7 @@ mod tests {
     fn backend(pattern: &str) -> Backend {
         Backend {
             name: "php".into(),
-            pool: Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 1, 0).into(),
+            pool: Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), 1, 0).into(),
             extensions: vec!["php".into()],
             prefixes: Vec::new(),
             split: Pattern::parse(pattern).unwrap().0,

@@ -2,12 +2,13 @@
 //! defaults and the values only it takes; `backends.rs` prepares it).
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
+
+use crate::site::upstream::address::Address;
 
 use crate::values::{NonZero, Seconds, UrlPrefix};
 
@@ -32,7 +33,7 @@ impl FastCgi {
 #[serde(deny_unknown_fields)]
 pub struct FastCgiBackend {
     /// `"unix:/run/php/php-fpm.sock"` or `"127.0.0.1:9000"`. Required.
-    pub address: FastCgiAddress,
+    pub address: Address,
     /// Script extensions it runs, e.g. `[".php"]`. Default `[]`.
     #[serde(default)]
     pub extensions: Vec<String>,
@@ -91,28 +92,6 @@ fn default_read_timeout() -> Seconds {
 }
 fn default_queue_timeout() -> Seconds {
     Seconds(Duration::from_secs(5))
-}
-
-/// Where a FastCGI application listens: `"unix:/absolute/path"` (a Unix
-/// socket) or `"IP:PORT"`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FastCgiAddress {
-    Unix(PathBuf),
-    Tcp(SocketAddr),
-}
-
-impl<'de> Deserialize<'de> for FastCgiAddress {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        match s.strip_prefix("unix:") {
-            Some(path) if path.starts_with('/') => Ok(FastCgiAddress::Unix(path.into())),
-            Some(_) => Err(de::Error::custom(format!("`{s}`: a Unix socket needs an absolute path"))),
-            None => s
-                .parse()
-                .map(FastCgiAddress::Tcp)
-                .map_err(|_| de::Error::custom(format!("`{s}` is neither `unix:/path` nor `IP:PORT`"))),
-        }
-    }
 }
 
 /// A regular expression with two captures (script, path info).

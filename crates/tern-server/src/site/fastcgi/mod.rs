@@ -6,7 +6,6 @@
 pub mod backends;
 pub mod config;
 pub mod exchange;
-pub mod pool;
 pub mod proto;
 pub mod reply;
 

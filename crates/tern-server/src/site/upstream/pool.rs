@@ -1,4 +1,5 @@
-//! One backend's connections, shared by all workers: idle kept-alive
+//! One backend's connections (a FastCGI application's, an HTTP upstream
+//! server's), shared by all workers: idle kept-alive
 //! connections, places (by id) for at most the cap of them open, and a
 //! queue of requests waiting for one.
 //!
@@ -36,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use socket2::{Domain, SockAddr, Socket, Type};
 
-use super::config::FastCgiAddress;
+use super::address::Address;
 use crate::sys;
 use crate::worker::Doorbell;
 
@@ -52,8 +53,11 @@ pub struct Link {
     pub home: Option<Arc<Doorbell>>,
     /// Bytes of its last reply still queued on it (see [`ReplyReader`]).
     ///
-    /// [`ReplyReader`]: super::reply::ReplyReader
+    /// [`ReplyReader`]: crate::site::fastcgi::reply::ReplyReader
     pub owed: usize,
+    /// Its TLS session, for an HTTPS upstream: kept with the connection, so
+    /// reusing it costs no handshake.
+    pub tls: Option<Box<rustls::ClientConnection>>,
 }
 
 /// What a freed place in the pool becomes for a waiting request.
@@ -160,10 +164,13 @@ impl State {
 }
 
 pub struct Pool {
-    address: FastCgiAddress,
+    address: Address,
     cap: usize,
     state: Mutex<State>,
     pub stats: Stats,
+    /// Requests holding one of its connections or waiting for one (least
+    /// connections balances on it).
+    pub in_flight: AtomicUsize,
 }
 
 /// Open, idle and waiting, as the status page shows them.
@@ -176,16 +183,19 @@ pub struct Snapshot {
 impl Pool {
     /// A pool of `cap` places, with ids from `first` on.
     /// Where its backend listens, as configured.
-    pub fn address(&self) -> String {
-        match &self.address {
-            FastCgiAddress::Unix(path) => format!("unix:{}", path.display()),
-            FastCgiAddress::Tcp(addr) => addr.to_string(),
-        }
+    pub fn address(&self) -> &Address {
+        &self.address
     }
 
-    pub fn new(address: FastCgiAddress, cap: usize, first: usize) -> Pool {
+    pub fn new(address: Address, cap: usize, first: usize) -> Pool {
         let free = (first..first + cap).rev().collect();
-        Pool { address, cap, state: Mutex::new(State { free, ..State::default() }), stats: Stats::default() }
+        Pool {
+            address,
+            cap,
+            state: Mutex::new(State { free, ..State::default() }),
+            stats: Stats::default(),
+            in_flight: AtomicUsize::new(0),
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -325,8 +335,8 @@ impl Pool {
     pub fn connect(&self) -> io::Result<(OwnedFd, bool)> {
         self.stats.connects.fetch_add(1, Relaxed);
         let (domain, addr) = match &self.address {
-            FastCgiAddress::Unix(path) => (Domain::UNIX, SockAddr::unix(path)?),
-            FastCgiAddress::Tcp(a) => (Domain::for_address(*a), SockAddr::from(*a)),
+            Address::Unix(path) => (Domain::UNIX, SockAddr::unix(path)?),
+            Address::Tcp(a) => (Domain::for_address(*a), SockAddr::from(*a)),
         };
         let sock = Socket::new(domain, Type::STREAM.nonblocking().cloexec(), None)?;
         if domain != Domain::UNIX {
@@ -350,9 +360,44 @@ impl Pool {
     }
 }
 
-/// Gives `grant` to a waiting request (taken off the queue) and wakes its
-/// worker. Called under the pool's lock, so a request that gives up
-/// ([`Pool::cancel`]) either is still queued or finds the grant.
+/// Every pool of a server, by a key its owner chooses: a FastCGI backend
+/// of the top-level `[fastcgi]` has one pool whichever sites inherit it
+/// (`NAME`), a backend a site defines its own (`SITE/NAME`), an upstream
+/// server its own (`upstream NAME/N`). Their places' ids run on from one
+/// pool to the next.
+#[derive(Default)]
+pub struct Pools {
+    /// `NAME` for a top-level backend, `SITE/NAME` for a site's own.
+    pools: Vec<(String, Arc<Pool>)>,
+    /// How many places all pools have: their ids are below.
+    pub links: usize,
+}
+
+impl Pools {
+    /// Each pool once, with its backend's name.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Pool)> {
+        self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
+    }
+
+    /// The server was replaced: see [`Pool::retire`].
+    pub fn retire(&self) {
+        for (_, pool) in &self.pools {
+            pool.retire();
+        }
+    }
+
+    /// The pool of `key`, made with `cap` places the first time.
+    pub fn get(&mut self, key: String, address: &Address, cap: usize) -> Arc<Pool> {
+        if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
+            return pool.clone();
+        }
+        let pool = Arc::new(Pool::new(address.clone(), cap, self.links));
+        self.links += cap;
+        self.pools.push((key, pool.clone()));
+        pool
+    }
+}
+
 /// Closes a connection nobody waits for, taking it out of the epoll set
 /// of the reactor that still watches it (as [`Pool::checkout`] does for
 /// one another worker takes), and frees its place.
@@ -363,6 +408,9 @@ fn close(s: &mut State, link: Link) {
     s.free.push(link.id);
 }
 
+/// Gives `grant` to a waiting request (taken off the queue) and wakes its
+/// worker. Called under the pool's lock, so a request that gives up
+/// ([`Pool::cancel`]) either is still queued or finds the grant.
 fn hand(t: &Ticket, grant: Grant) {
     let mut slot = t.grant.lock().unwrap_or_else(|e| e.into_inner());
     *slot = Some(grant);
@@ -385,12 +433,12 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     fn pool(cap: usize) -> Pool {
-        Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), cap, 0)
+        Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), cap, 0)
     }
 
     fn link(home: Option<&Arc<Doorbell>>) -> Link {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        Link { id: 0, fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), owed: 0 }
+        Link { id: 0, fd: OwnedFd::from(a), buf: Vec::new(), home: home.cloned(), owed: 0, tls: None }
     }
 
     fn rung(bell: &Doorbell) -> Vec<usize> {
@@ -407,7 +455,7 @@ mod tests {
     #[test]
     fn never_past_the_cap_and_first_come_first_served() {
         // The second backend's pool: its places are 3 and 4.
-        let p = Pool::new(FastCgiAddress::Unix("/nonexistent/tern-test.sock".into()), 2, 3);
+        let p = Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), 2, 3);
         let Checkout::Connect(a) = p.checkout(None).unwrap() else { panic!("a place") };
         let Checkout::Connect(b) = p.checkout(None).unwrap() else { panic!("a place") };
         assert_eq!((a, b), (3, 4));

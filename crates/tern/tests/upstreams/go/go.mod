@@ -1,0 +1,3 @@
+module tern.test/upstream
+
+go 1.22
