@@ -60,16 +60,6 @@ bench_build_tern
 ((TERN_OK)) || bench_die "no tern binary"
 make -s -C "$ROOT/gateway" build/fcgi-files
 RESULTS=$OUT/results.md
-say() { echo "$*" | tee -a "$RESULTS"; }
-
-machine_state() {
-    say "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(uptime -p)"
-    local before after
-    before=$(system_busy_ticks)
-    sleep 1
-    after=$(system_busy_ticks)
-    say "CPU busy over 1 s before the part (all CPUs, everyone's): $(((after - before) * 100 / HZ))% of $(nproc)00%"
-}
 
 # launch NAME CMD...: starts CMD in its own session, logs in $OUT.
 launch() {
@@ -263,10 +253,10 @@ EOF
 }
 
 php_part() {
-    say ""
-    say "## FastCGI: PHP through four servers to one php-fpm pool ($(date -u +%Y-%m-%dT%H:%MZ))"
-    machine_state
-    say "php-fpm: $("$FPM_BIN" -v | head -n1); pm static, $CHILDREN children; wrk -t1 -c{$CONNS} -d$DUR, $REPS rounds; servers with $WORKERS workers"
+    bench_say ""
+    bench_say "## FastCGI: PHP through four servers to one php-fpm pool ($(date -u +%Y-%m-%dT%H:%MZ))"
+    bench_machine_state
+    bench_say "php-fpm: $("$FPM_BIN" -v | head -n1); pm static, $CHILDREN children; wrk -t1 -c{$CONNS} -d$DUR, $REPS rounds; servers with $WORKERS workers"
     start_fpm
     local -a servers conns
     read -r -a servers <<<"$SERVERS"
@@ -291,9 +281,9 @@ php_part() {
     done
     for c in "${conns[@]}"; do
         for page in hello page; do
-            say ""
-            say "| $page.php, $c clients | req/s (median) | ÷ best other | p99 ms | CPU µs/req server | CPU µs/req server+php-fpm | php-fpm conns | php-fpm accept queue | wrk socket errors | non-2xx |"
-            say "|---|---|---|---|---|---|---|---|---|---|"
+            bench_say ""
+            bench_say "| $page.php, $c clients | req/s (median) | ÷ best other | p99 ms | CPU µs/req server | CPU µs/req server+php-fpm | php-fpm conns | php-fpm accept queue | wrk socket errors | non-2xx |"
+            bench_say "|---|---|---|---|---|---|---|---|---|---|"
             table=""
             for name in "${servers[@]}"; do table+="$name=${RES[$name,$c,$page]}|"; done
             python3 - "$table" <<'EOF' | tee -a "$RESULTS"
@@ -319,10 +309,10 @@ EOF
 
 # ------------------------------------------------------------------ E2
 e2_part() {
-    say ""
-    say "## E2: files through the FastCGI file server (mmap, read) and tern's static methods ($(date -u +%Y-%m-%dT%H:%MZ))"
-    machine_state
-    say "tern bench -n $E2_REQS -c $E2_CONNS, $E2_RUNS runs each, median req/s; fcgi-files --threads 4 behind tern (pool 4); tern --workers $WORKERS"
+    bench_say ""
+    bench_say "## E2: files through the FastCGI file server (mmap, read) and tern's static methods ($(date -u +%Y-%m-%dT%H:%MZ))"
+    bench_machine_state
+    bench_say "tern bench -n $E2_REQS -c $E2_CONNS, $E2_RUNS runs each, median req/s; fcgi-files --threads 4 behind tern (pool 4); tern --workers $WORKERS"
     local files=$OUT/e2www/fs sizes=(1024 4096 16384 65536 262144 1048576) n cfg port fpid run
     mkdir -p "$files"
     for n in "${sizes[@]}"; do head -c "$n" /dev/urandom >"$files/f$n.bin"; done
@@ -367,9 +357,9 @@ e2_part() {
             forget_pid "$fpid"
         fi
     done
-    say ""
-    say "| size | fcgi mmap | fcgi read | fcgi mmap/read | tern read | tern mmap | tern sendfile | tern mmap/read |"
-    say "|---|---|---|---|---|---|---|---|"
+    bench_say ""
+    bench_say "| size | fcgi mmap | fcgi read | fcgi mmap/read | tern read | tern mmap | tern sendfile | tern mmap/read |"
+    bench_say "|---|---|---|---|---|---|---|---|"
     for n in "${sizes[@]}"; do
         python3 - "$n" "${RPS[fcgi-mmap,$n]}" "${RPS[fcgi-read,$n]}" "${RPS[tern-read,$n]}" "${RPS[tern-mmap,$n]}" \
             "${RPS[tern-sendfile,$n]}" <<'EOF' | tee -a "$RESULTS"

@@ -61,16 +61,6 @@ bench_build_tern
 (($(nproc) >= 2)) || bench_die "needs two CPUs (proxy and upstream apart)"
 bench_raise_fd_limit 10000 "five proxies and their upstreams"
 RESULTS=$OUT/results.md
-say() { echo "$*" | tee -a "$RESULTS"; }
-
-machine_state() {
-    say "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(uptime -p)"
-    local before after
-    before=$(system_busy_ticks)
-    sleep 1
-    after=$(system_busy_ticks)
-    say "CPU busy over 1 s before the part (all CPUs, everyone's): $(((after - before) * 100 / HZ))% of $(nproc)00%"
-}
 
 # launch NAME CPU CMD...: starts CMD pinned to CPU in its own session (so
 # stopping it never touches ours), its output in $OUT; sets LAUNCHED.
@@ -321,23 +311,23 @@ run_part() {
 }
 
 describe() {
-    say "tern $("$TERN_BIN" --version 2>/dev/null | head -n1), $(nginx -v 2>&1), $(haproxy -v | head -n1 | cut -d' ' -f1-3), caddy $(caddy version | cut -d' ' -f1), $(h2o --version | head -n1)"
-    say "proxies on CPU $PROXY_CPU with $WORKERS worker(s); upstream tern(s) (1 worker) on CPU $UPSTREAM_CPU; wrk -t1 -c$CONNS -d$DUR on CPU $WRK_CPU; $REPS rounds, median"
+    bench_say "tern $("$TERN_BIN" --version 2>/dev/null | head -n1), $(nginx -v 2>&1), $(haproxy -v | head -n1 | cut -d' ' -f1-3), caddy $(caddy version | cut -d' ' -f1), $(h2o --version | head -n1)"
+    bench_say "proxies on CPU $PROXY_CPU with $WORKERS worker(s); upstream tern(s) (1 worker) on CPU $UPSTREAM_CPU; wrk -t1 -c$CONNS -d$DUR on CPU $WRK_CPU; $REPS rounds, median"
 }
 
 part_one() {
-    say ""
-    say "## Reverse proxy: one upstream, five proxies ($(date -u +%Y-%m-%dT%H:%MZ))"
-    machine_state
+    bench_say ""
+    bench_say "## Reverse proxy: one upstream, five proxies ($(date -u +%Y-%m-%dT%H:%MZ))"
+    bench_machine_state
     describe
     start_upstream 1
     run_part "one upstream" round-robin "1k 40k" 1
 }
 
 part_two() {
-    say ""
-    say "## Reverse proxy: two upstreams, least connections ($(date -u +%Y-%m-%dT%H:%MZ))"
-    machine_state
+    bench_say ""
+    bench_say "## Reverse proxy: two upstreams, least connections ($(date -u +%Y-%m-%dT%H:%MZ))"
+    bench_machine_state
     describe
     [[ -n ${UP_PID[1]:-} ]] || start_upstream 1
     start_upstream 2
@@ -379,21 +369,21 @@ EOF
 }
 
 part_strace() {
-    say ""
-    say "## Reverse proxy: system calls per request ($(date -u +%Y-%m-%dT%H:%MZ))"
-    machine_state
-    say "strace -f -c on each proxy's processes while wrk -t1 -c1 -d$STRACE_DUR asks the 1 KiB file on one kept-alive connection; calls / requests wrk completed (strace slows each call: the counts matter, not the rate)"
+    bench_say ""
+    bench_say "## Reverse proxy: system calls per request ($(date -u +%Y-%m-%dT%H:%MZ))"
+    bench_machine_state
+    bench_say "strace -f -c on each proxy's processes while wrk -t1 -c1 -d$STRACE_DUR asks the 1 KiB file on one kept-alive connection; calls / requests wrk completed (strace slows each call: the counts matter, not the rate)"
     [[ -n ${UP_PID[1]:-} ]] || start_upstream 1
     local -a servers
     read -r -a servers <<<"$SERVERS"
-    say ""
-    say "| proxy | syscalls per request | the most frequent, per request |"
-    say "|---|---|---|"
+    bench_say ""
+    bench_say "| proxy | syscalls per request | the most frequent, per request |"
+    bench_say "|---|---|---|"
     local name line
     for name in "${servers[@]}"; do
         start_proxy "$name" round-robin 1
         line=$(strace_proxy "$name")
-        say "| $name | ${line%% *} | ${line#* } |"
+        bench_say "| $name | ${line%% *} | ${line#* } |"
         stop_proxies
     done
 }

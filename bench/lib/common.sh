@@ -77,6 +77,23 @@ system_busy_ticks() {
     awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat
 }
 
+# bench_say TEXT: prints TEXT and appends it to $RESULTS.
+bench_say() {
+    echo "$*" | tee -a "$RESULTS"
+}
+
+# bench_machine_state: says the machine's load before a part (load average,
+# and how busy all CPUs were over one second), into $RESULTS.
+bench_machine_state() {
+    local before after hz
+    hz=$(getconf CLK_TCK)
+    bench_say "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), $(uptime -p)"
+    before=$(system_busy_ticks)
+    sleep 1
+    after=$(system_busy_ticks)
+    bench_say "CPU busy over 1 s before the part (all CPUs, everyone's): $(((after - before) * 100 / hz))% of $(nproc)00%"
+}
+
 # free_port: a TCP port on 127.0.0.1 nobody listens on (below the ephemeral range).
 free_port() {
     local port used tries
