@@ -899,6 +899,13 @@ fn a_client_that_hangs_up_frees_the_upstream_connection() -> io::Result<()> {
         let (pool, server) = (pool(tern, "app", 0), servers(tern, "app")[0].clone());
         pool["busy"] == 0 && server["active"] == 0
     };
+    // The hang-up frees the upstream connection, closed rather than
+    // pooled (it was mid-exchange).
+    let freed = |tern: &Tern| {
+        let why = || format!("{} {:?}", pool(tern, "app", 0), servers(tern, "app"));
+        assert!(eventually(Duration::from_secs(3), || idle(tern)), "{}", why());
+        assert_eq!(pool(tern, "app", 0)["open"], 0, "{}", why());
+    };
     // Mid-response: a paced 100 MiB body, the client gone after 1 MiB.
     let mut c = Client::connect(tern.addr);
     c.send(b"GET /bytes?n=104857600&piece=65536&every=5ms HTTP/1.1\r\nHost: proxy.test\r\n\r\n");
@@ -909,14 +916,7 @@ fn a_client_that_hangs_up_frees_the_upstream_connection() -> io::Result<()> {
     assert_eq!(pool(&tern, "app", 0)["busy"], 1);
     // Unread bytes make the close a reset, as a browser tab closed.
     drop(c);
-    assert!(
-        eventually(Duration::from_secs(3), || idle(&tern)),
-        "{} {:?}",
-        pool(&tern, "app", 0),
-        servers(&tern, "app")
-    );
-    // Its connection is closed, not pooled: it was mid-response.
-    assert_eq!(pool(&tern, "app", 0)["open"], 0);
+    freed(&tern);
     // Before the response: the upstream still thinking.
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
     s.connect(&tern.addr.into())?;
@@ -925,13 +925,7 @@ fn a_client_that_hangs_up_frees_the_upstream_connection() -> io::Result<()> {
     s.write_all(b"GET /echo/slow?delay=20s HTTP/1.1\r\nHost: proxy.test\r\n\r\n")?;
     assert!(eventually(Duration::from_secs(3), || !idle(&tern)), "the request did not start");
     drop(s);
-    assert!(
-        eventually(Duration::from_secs(3), || idle(&tern)),
-        "{} {:?}",
-        pool(&tern, "app", 0),
-        servers(&tern, "app")
-    );
-    assert_eq!(pool(&tern, "app", 0)["open"], 0);
+    freed(&tern);
     assert_eq!(common::get(tern.addr, "/echo/after", "").status, 200);
     Ok(())
 }
