@@ -8,14 +8,16 @@
 # The load (`tern bench --mix`, one process per client class, restarted every
 # minute so its per-request timelines stay small): static files 1 KiB-4 MiB
 # with ranges and conditionals, a compressible page asked gzip, the C CGI
-# (gateway/hello.cgi), PHP through php-fpm; HTTPS; clients in a network
+# (gateway/hello.cgi), PHP through php-fpm, files through the reverse proxy
+# from an upstream (a second tern); HTTPS; clients in a network
 # namespace behind a veth pair with `tc netem` delay, loss and reordering;
 # a trickle of slow readers (bench/lib/slowread.py) and of the hostile corpus
 # (../shared/http1-corpus).
 #
 # The faults, each logged with its time ($OUT/SERVER-faults.csv): a reload
 # every 30 s alternating two configurations (checked by a header); php-fpm
-# killed and restarted; a CGI that crashes mid-body and one that hangs past
+# killed and restarted; the proxy's upstream killed and restarted; a CGI
+# that crashes mid-body and one that hangs past
 # cgi.timeout; a document-root file truncated and replaced; the access log's
 # tmpfs filled, then freed; the descriptor limit (RLIMIT_NOFILE) reached by a
 # burst of held connections. --short: 60 s, every fault once; otherwise the
@@ -118,6 +120,10 @@ touch -d '2026-01-01 00:00:00 UTC' "$WWW/64k.bin" "$WWW/page.html"
 IMS='If-Modified-Since: Thu, 01 Jan 2026 00:00:00 GMT'
 echo '<?php echo "php ", getmypid(), " ", str_repeat("x", 2000), "\n";' >"$WWW/index.php"
 cp "$ROOT/gateway/build/hello.cgi" "$WWW/cgi-bin/hello.cgi"
+# What the upstream serves under /up/ (the proxy passes the path as it is).
+UPWWW=$OUT/upstream-www
+mkdir -p "$UPWWW/up"
+cp "$WWW/1k.bin" "$WWW/64k.bin" "$UPWWW/up/"
 printf '#!/bin/sh\nprintf "Content-Type: text/plain\\n\\npart of a body"\nkill -SEGV $$\n' >"$WWW/cgi-bin/crash.sh"
 printf '#!/bin/sh\nprintf "Content-Type: text/plain\\n\\n"\nexec sleep 30\n' >"$WWW/cgi-bin/hang.sh"
 chmod +x "$WWW"/cgi-bin/*
@@ -134,6 +140,8 @@ write_mix() { # FILE WITH_CGI
         printf '5 /page.html\n    %s\n' "$IMS"
         printf '10 /page.html\n    Accept-Encoding: gzip\n'
         echo "10 /index.php"
+        echo "4 /up/1k.bin"
+        echo "1 /up/64k.bin"
         if [[ $2 == 1 ]]; then echo "10 /cgi-bin/hello.cgi"; fi
     } >"$1"
 }
@@ -203,6 +211,24 @@ kill_fpm() {
     rm -f "$FPM_SOCK"
 }
 
+# ------------------------------------------------------------------ the proxy's upstream
+# A second tern serving $UPWWW, killed and restarted by a fault as php-fpm is.
+UP_PORT=$(free_port)
+UP_PID=""
+start_upstream() {
+    [[ -f $OUT/upstream.toml ]] || printf '[server]\nlisten = ["127.0.0.1:%s"]\nroot = "%s"\nworkers = 1\n' \
+        "$UP_PORT" "$UPWWW" >"$OUT/upstream.toml"
+    "$TERN_BIN" serve --config "$OUT/upstream.toml" >>"$OUT/upstream.out" 2>&1 &
+    UP_PID=$!
+    BENCH_PIDS+=("$UP_PID")
+    wait_http "http://127.0.0.1:$UP_PORT/up/1k.bin" "$UP_PID" 20 || bench_die "the upstream did not start (see $OUT/upstream.out)"
+}
+kill_upstream() {
+    kill -KILL "$UP_PID" 2>/dev/null || true
+    wait "$UP_PID" 2>/dev/null || true
+    forget_pid "$UP_PID"
+}
+
 # ------------------------------------------------------------------ servers
 mkdir -p "$LOGFS"
 PORT=""
@@ -231,6 +257,14 @@ listen = ["127.0.0.1:$TLS_PORT"]
 [[tls.certificates]]
 cert = "$OUT/cert.pem"
 key = "$OUT/key.pem"
+[upstream.app]
+servers = [{ address = "127.0.0.1:$UP_PORT", max_connections = 8 }]
+[[site]]
+name = "soak"
+default = true
+[[site.location]]
+prefix = "/up/"
+proxy = "app"
 EOF
 }
 start_tern() {
@@ -265,6 +299,7 @@ http {
     fastcgi_temp_path $dir/fastcgi;
     uwsgi_temp_path $dir/uwsgi;
     scgi_temp_path $dir/scgi;
+    upstream app { server 127.0.0.1:$UP_PORT max_conns=8; keepalive 8; }
     server {
         listen 127.0.0.1:$PORT reuseport;
         listen $NET.1:$PORT reuseport;
@@ -273,6 +308,11 @@ http {
         ssl_certificate_key $OUT/key.pem;
         root $WWW;
         add_header X-Soak-Config $2 always;
+        location /up/ {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
         location ~ \.php\$ {
             include /etc/nginx/fastcgi_params;
             fastcgi_param SCRIPT_FILENAME \$document_root\$fastcgi_script_name;
@@ -360,6 +400,14 @@ fault_fpm() {
     fault end php-fpm-killed
 }
 
+fault_upstream() {
+    fault start upstream-killed
+    kill_upstream
+    sleep 3
+    start_upstream
+    fault end upstream-killed
+}
+
 fault_cgi_crash() {
     local rc complete=0 n=5
     fault start cgi-crash
@@ -426,9 +474,9 @@ fault_fd_limit() { # SECONDS
 # No fault overlaps a reload: out of descriptors, a reload cannot take the listening
 # sockets over, and the running configuration stays (logged; seen at 45 s in --short).
 if ((SHORT)); then
-    SCHEDULE=("5 fpm" "18 cgi_crash" "19 cgi_hang" "22 truncate" "24 log_full 6" "32 fd_limit 4")
+    SCHEDULE=("5 fpm" "10 upstream" "18 cgi_crash" "19 cgi_hang" "22 truncate" "24 log_full 6" "32 fd_limit 4")
 else
-    SCHEDULE=("60 fpm" "90 cgi_crash" "95 cgi_hang" "120 truncate" "150 log_full 20" "200 fd_limit 6")
+    SCHEDULE=("60 fpm" "80 upstream" "90 cgi_crash" "95 cgi_hang" "120 truncate" "150 log_full 20" "200 fd_limit 6")
 fi
 
 run_schedule() {
@@ -448,7 +496,7 @@ run_schedule() {
         sleep_until "$at"
         case $what in
             # In this shell: the php-fpm it starts again is stopped at the end.
-            reload | fpm) "fault_$what" ${arg:+"$arg"} ;;
+            reload | fpm | upstream) "fault_$what" ${arg:+"$arg"} ;;
             *) "fault_$what" ${arg:+"$arg"} & faults+=($!) ;;
         esac
     done
@@ -464,6 +512,7 @@ soak_one() { # SERVER
     size=$((64 * 1024 * 1024))
     mount -t tmpfs -o size=$size tmpfs "$LOGFS"
     start_fpm
+    start_upstream
     "start_$S"
     # Calibration: the mix in closed loop, stored apart to lend the lab its host description.
     "$TERN_BIN" bench "http://127.0.0.1:$PORT/" --mix "$OUT/$S.mix" -c 32 -t 1 -d "${CAL}s" --json \
@@ -511,6 +560,7 @@ soak_one() { # SERVER
     fault event "hostile corpus" "$(cat "$OUT/$S-corpus.txt")"
     stop_tree "$SERVER_PID"; forget_pid "$SERVER_PID"
     kill_fpm
+    kill_upstream
     cp "$LOGFS/access.log" "$OUT/$S-access.log" 2>/dev/null || true
     umount "$LOGFS"
 }
@@ -529,7 +579,7 @@ for server in ${SERVERS//,/ }; do
     python3 "$SOAK_PY" report --dir "$OUT" --server "$server" --access-log "$OUT/$server-access.log" "${extra[@]}" \
         --lab-template "$OUT/lab-template.json" --label "soak $STARTED ${DUR}s" \
         --command "bench/soak.sh $([[ $SHORT == 1 ]] && echo --short || echo "--duration ${DUR}s")" \
-        --window "$WINDOW" >"$OUT/$server-table.tsv" || rc=$?
+        --window "$WINDOW" --cycle "$CYCLE" >"$OUT/$server-table.tsv" || rc=$?
     [[ $server == tern ]] && RESULT=$rc
     if [[ -s $OUT/$server-lab.json ]]; then
         "$TERN_BIN" lab import "$OUT/$server-lab.json" >"$OUT/$server-lab-import.txt" 2>&1 || true

@@ -26,6 +26,7 @@ import calendar
 import csv
 import glob
 import json
+import math
 import os
 import re
 import selectors
@@ -297,6 +298,8 @@ def timelines(out, server):
 def may_fail(name, client, url, status, error):
     if name == "php-fpm-killed":
         return url.endswith(".php") and (status in (502, 503, 504) or error)
+    if name == "upstream-killed":
+        return "/up/" in url and (status in (502, 503, 504) or error)
     if name == "file-truncated":
         return "victim" in url
     if name == "descriptor-limit":
@@ -413,22 +416,38 @@ def report(a):
             w.writerow([round(s["time"] - load_start, 1)] + ["" if s[k] is None else int(s[k]) for k in SAMPLE_FIELDS[1:-1]]
                        + [ps["done"], p99(ps["lat"]), logged.get(sec, 0)] + [ps["fail"].get(k, 0) for k in fail_names])
 
-    # Memory and descriptors: slope after warm-up, excluding the fault that holds descriptors.
-    warm = load_start + max(10.0, (load_end - load_start) * 0.2)
+    # Memory and descriptors after warm-up (a fifth of the load, rounded up
+    # to whole cycles of the fault schedule), excluding the fault that holds
+    # descriptors. Each fault cycle raises and lowers them (1,200 held
+    # connections, then none), a saw-tooth a fitted line over raw samples
+    # reads as growth or shrinkage depending on where the run ends; so the
+    # slope is fitted to one point per whole cycle, its median.
+    cycle = a.cycle
+    warm = load_start + max(1, math.ceil((load_end - load_start) * 0.2 / cycle)) * cycle
     fd_windows = [(ws, we) for name, ws, we, _ in windows if name == "descriptor-limit"]
 
     def steady(s):
         return warm <= s["time"] <= load_end and all(not (ws - 1 <= s["time"] <= we + 5) for ws, we in fd_windows)
 
     rss_pts = [(s["time"], s["rss_kib"]) for s in samples if steady(s)]
-    fd_pts = [(s["time"], s["fds"]) for s in samples if steady(s)]
+    cycles = int((load_end - warm) // cycle)
+
+    def per_cycle(key):
+        points = []
+        for i in range(cycles):
+            t0 = warm + i * cycle
+            vs = sorted(s[key] for s in samples if t0 <= s["time"] < t0 + cycle and steady(s) and s[key] is not None)
+            if vs:
+                points.append((t0 + cycle / 2, vs[len(vs) // 2]))
+        return points
     before = [s for s in samples if s["time"] < load_start]
     after = [s for s in samples if s["time"] > load_end + 3]
     base_fds = min((s["fds"] for s in before), default=None)
     end_fds = after[-1]["fds"] if after else None
     end_rss = after[-1]["rss_kib"] if after else None
-    rss_slope, fd_slope = slope_per_hour(rss_pts), slope_per_hour(fd_pts)
-    long_enough = (load_end - warm) >= 600
+    medians = {k: per_cycle(k) for k in ("rss_kib", "anon_kib", "fds")}
+    slopes = {k: slope_per_hour(v) for k, v in medians.items()}
+    long_enough = cycles >= 3
 
     # A zombie is a program that ended and was not reaped yet: one caught
     # between its exit and the next reap is normal, one seen for 3 s is not.
@@ -474,13 +493,15 @@ def report(a):
     if a.counts_lost:
         check("lost log lines counted (disk full)", lost > 0 or not full, f"{lost}")
     # A leak grows: a slope under +1 % of the mean per hour passes.
-    check("RSS slope after warm-up", rss_slope is not None and (rss_slope < 1 or not long_enough),
-          "n/a" if rss_slope is None else f"{rss_slope:+.2f} %/h" + ("" if long_enough else " (run < 10 min: not judged)"))
-    check("descriptor slope after warm-up", fd_slope is not None and (fd_slope < 1 or not long_enough),
-          "n/a" if fd_slope is None else f"{fd_slope:+.2f} %/h" + ("" if long_enough else " (run < 10 min: not judged)"))
-    check("descriptors back to baseline (+ pooled FastCGI)",
+    for key, name in (("rss_kib", "RSS"), ("anon_kib", "anonymous memory"), ("fds", "descriptor")):
+        slope, pts = slopes[key], medians[key]
+        shown = " ".join(f"{v:.0f}" for _, v in pts)
+        check(f"{name} slope after warm-up", not long_enough or (slope is not None and slope < 1),
+              f"{slope:+.2f} %/h over {len(pts)} cycle medians ({shown})" if long_enough and slope is not None
+              else f"not judged: {cycles} whole cycles of {cycle:.0f} s after warm-up, 3 needed")
+    check("descriptors back to baseline (+ pooled backend connections)",
           base_fds is not None and end_fds is not None and end_fds <= base_fds + a.pooled,
-          f"{end_fds:.0f} after, {base_fds:.0f} before (+ up to {a.pooled} kept FastCGI connections)"
+          f"{end_fds:.0f} after, {base_fds:.0f} before (+ up to {a.pooled} kept backend connections)"
           if end_fds is not None and base_fds is not None else "n/a")
     steady_rss = sorted(v for _, v in rss_pts[len(rss_pts) * 4 // 5:])
     under = steady_rss[len(steady_rss) // 2] if steady_rss else None
@@ -572,7 +593,9 @@ def main():
     r.add_argument("--label", default="soak")
     r.add_argument("--command", default="bench/soak.sh")
     r.add_argument("--window", type=int, default=60)
-    r.add_argument("--pooled", type=int, default=8, help="FastCGI connections a server may keep open")
+    r.add_argument("--pooled", type=int, default=16,
+                   help="connections a server may keep open to php-fpm (8) and to the proxy's upstream (8)")
+    r.add_argument("--cycle", type=float, default=300, help="the fault schedule's period, s")
     a = ap.parse_args()
     sys.exit({"sample": sample, "hold": hold, "corpus": corpus, "report": report}[a.cmd](a) or 0)
 
