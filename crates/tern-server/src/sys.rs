@@ -233,6 +233,13 @@ pub fn merge_frees_at_once() {
     }
 }
 
+/// Whether `e` says this process is short of descriptors, processes or
+/// memory for now, not that a peer or a program failed: what needed them
+/// is answered `503` (full for now), as at a configured cap.
+pub fn out_of_resources(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM | libc::ENOBUFS))
+}
+
 /// Returns the allocator's free memory to the system: glibc keeps freed
 /// small blocks in its heaps (one per thread arena) and only `malloc_trim`
 /// gives back the pages between live ones. Elsewhere nothing is done.

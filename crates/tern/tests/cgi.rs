@@ -587,24 +587,12 @@ fn out_of_descriptors_a_program_is_503_for_now() {
     };
     kept.write_all(b"GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     assert!(head(&mut kept).starts_with("HTTP/1.1 200"));
-    // Connections are held until the server's descriptors are all taken,
-    // each with part of a head sent so it is accepted (not deferred); then
-    // one goes: the program's file opens, its pipes cannot.
-    let fds = || std::fs::read_dir(format!("/proc/{}/fd", tern.pid())).unwrap().count();
-    let mut held = Vec::new();
-    while fds() < 64 {
-        assert!(held.len() < 200, "{} descriptors after {} connections", fds(), held.len());
-        let mut s = TcpStream::connect(tern.addr).unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\n").unwrap();
-        held.push(s);
-        let start = Instant::now();
-        while fds() < 64 && start.elapsed() < Duration::from_millis(100) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+    // The server's descriptors all taken, then one freed: the program's
+    // file opens, its pipes cannot.
+    let mut held = common::hold_every_descriptor(&tern, 64);
     held.pop();
     let start = Instant::now();
-    while fds() >= 64 {
+    while common::free_descriptors(&tern, 64) == 0 {
         assert!(start.elapsed() < Duration::from_secs(5), "the closed connection stays open");
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -22,6 +22,7 @@ use crate::open_files::OpenFileTable;
 use crate::reply::Reply;
 use crate::resolve::{Found, Root};
 use crate::spool::Spool;
+use crate::sys;
 use crate::worker::Worker;
 
 /// A site, ready to answer.
@@ -268,7 +269,7 @@ impl Site {
                 log!(Level::Error, "cannot start CGI program for {:?}: {err}", req.path);
                 // Out of descriptors or processes: the server is full for
                 // now (as at the cap), not the program broken.
-                if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM)) {
+                if sys::out_of_resources(&err) {
                     full_for_now(reply);
                 } else {
                     reply.error(500);

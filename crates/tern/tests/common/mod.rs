@@ -260,6 +260,32 @@ pub fn send_queue(local: SocketAddr, remote: SocketAddr) -> Option<u64> {
     Some(u64::from_str_radix(f[4].split(':').next().unwrap(), 16).unwrap())
 }
 
+/// How many descriptor numbers below `limit` (`tern`'s `RLIMIT_NOFILE`)
+/// are free: numbers, not a count of open ones, which also holds those
+/// inherited above the limit (cargo's jobserver pipes).
+pub fn free_descriptors(tern: &Tern, limit: usize) -> usize {
+    (0..limit).filter(|n| !Path::new(&format!("/proc/{}/fd/{n}", tern.pid())).exists()).count()
+}
+
+/// Connections held until every descriptor number below `limit` (`tern`'s
+/// `RLIMIT_NOFILE`) is taken, each with part of a head sent so it is
+/// accepted rather than deferred; dropped, they free them again.
+pub fn hold_every_descriptor(tern: &Tern, limit: usize) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    let mut held = Vec::new();
+    while free_descriptors(tern, limit) > 0 {
+        assert!(held.len() < 200, "{} free after {} connections", free_descriptors(tern, limit), held.len());
+        let mut s = std::net::TcpStream::connect(tern.addr).unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        held.push(s);
+        let start = std::time::Instant::now();
+        while free_descriptors(tern, limit) > 0 && start.elapsed() < std::time::Duration::from_millis(100) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    held
+}
+
 pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }

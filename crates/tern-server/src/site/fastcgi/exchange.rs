@@ -113,6 +113,10 @@ impl Exchange {
     ) -> Result<Exchange, u16> {
         let (hold, kept) = match Hold::take(backend.pool.clone(), doorbell, None) {
             Ok(taken) => taken,
+            Err(Untaken::Full(e)) => {
+                log!(Level::Error, "FastCGI backend {}: no connection for now: {e}", backend.name);
+                return Err(503);
+            }
             Err(Untaken::Queue(e)) => {
                 log!(Level::Error, "FastCGI backend {}: cannot wait for a connection: {e}", backend.name);
                 return Err(500);

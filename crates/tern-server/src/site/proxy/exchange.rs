@@ -737,6 +737,10 @@ fn connect(
         let s = &group.servers[server];
         match Hold::take(s.pool.clone(), doorbell, s.tls.as_ref()) {
             Ok((hold, kept)) => return Ok((server, hold, kept)),
+            Err(Untaken::Full(e)) => {
+                log!(Level::Error, "upstream {}: no connection for now: {e}", group.name);
+                return Err(503);
+            }
             Err(Untaken::Queue(e)) => {
                 log!(Level::Error, "upstream {}: cannot wait for a connection: {e}", group.name);
                 return Err(500);

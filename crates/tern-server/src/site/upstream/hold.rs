@@ -12,6 +12,7 @@ use rustls::ClientConnection;
 
 use super::pool::{Checkout, Grant, Link, Pool, Ticket};
 use super::tls;
+use crate::sys;
 use crate::worker::{Doorbell, Wait, Worker};
 
 /// Where the hold is.
@@ -49,6 +50,9 @@ pub enum Advance {
 
 /// Why no connection could be taken.
 pub enum Untaken {
+    /// This process is out of descriptors (or memory) for a connection or
+    /// a place in the queue: full for now, `503` — not the peer's failure.
+    Full(io::Error),
     /// No place in the queue could be made (an eventfd): the server's
     /// fault, `500`.
     Queue(io::Error),
@@ -110,12 +114,15 @@ impl Hold {
             key: 0,
             counted: true,
         };
-        let checkout = hold.pool.checkout(doorbell).map_err(Untaken::Queue)?;
+        let full_or = |other: fn(io::Error) -> Untaken| {
+            move |e: io::Error| if sys::out_of_resources(&e) { Untaken::Full(e) } else { other(e) }
+        };
+        let checkout = hold.pool.checkout(doorbell).map_err(full_or(Untaken::Queue))?;
         let kept = match checkout {
             Checkout::Idle(link) => Some(hold.adopt(link)),
             Checkout::Connect(id) => {
                 hold.place = Some(id);
-                hold.open(tls).map_err(Untaken::Connect)?;
+                hold.open(tls).map_err(full_or(Untaken::Connect))?;
                 None
             }
             Checkout::Wait(ticket) => {
