@@ -32,10 +32,12 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use bytes::Bytes;
 use h2::client::{Builder, Connection, ResponseFuture, SendRequest};
@@ -44,7 +46,7 @@ use http::header::{HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, Request, Uri};
 use mio::net::TcpStream;
-use rustls::ClientConnection;
+use rustls::{AlertDescription, ClientConnection};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::plan::Plan;
@@ -390,23 +392,53 @@ pub fn verdict(error: &h2::Error) -> Option<ErrorClass> {
     }
 }
 
-/// Checks, before the run, that the server selects `h2` by ALPN, so that a
-/// server without HTTP/2 is one clear error rather than a run of failures.
-pub fn check_alpn(
-    config: &Arc<rustls::ClientConfig>,
+/// Checks, before the run, that the server speaks HTTP/2, so that one
+/// that does not is one clear error rather than a run of failures: over
+/// TLS it must select `h2` by ALPN; over TCP (h2c) it must not answer the
+/// connection preface in HTTP/1.x or close on it.
+pub fn check_server(
+    tls: Option<&Arc<rustls::ClientConfig>>,
     host: &str,
-    addr: std::net::SocketAddr,
-    timeout: std::time::Duration,
+    addr: SocketAddr,
+    timeout: Duration,
 ) -> Result<(), String> {
-    let chosen = tls::negotiate(config, host, addr, timeout)?;
-    match chosen.as_deref() {
-        Some(ALPN) => Ok(()),
-        Some(other) => Err(format!(
-            "the server at {addr} does not speak HTTP/2 over TLS: it selected {:?} by ALPN, not \"h2\"",
-            String::from_utf8_lossy(other)
-        )),
-        None => Err(format!(
-            "the server at {addr} does not speak HTTP/2 over TLS: it selected no protocol by ALPN (\"h2\" was offered)"
-        )),
+    let no = |why: String| Err(format!("the server at {addr} does not speak HTTP/2 {why}"));
+    let Some(config) = tls else { return check_prior_knowledge(addr, timeout).or_else(no) };
+    match tls::negotiate(config, host, addr, timeout) {
+        Ok(Some(chosen)) if chosen == ALPN => Ok(()),
+        Ok(Some(other)) => {
+            no(format!("over TLS: it selected {:?} by ALPN, not \"h2\"", String::from_utf8_lossy(&other)))
+        }
+        Ok(None) => no("over TLS: it selected no protocol by ALPN (\"h2\" was offered)".into()),
+        Err(e)
+            if e.get_ref().and_then(|e| e.downcast_ref())
+                == Some(&rustls::Error::AlertReceived(AlertDescription::NoApplicationProtocol)) =>
+        {
+            no("over TLS: it refused ALPN \"h2\" (alert no_application_protocol)".into())
+        }
+        Err(e) => Err(format!("TLS handshake with {addr}: {e}")),
+    }
+}
+
+/// The client connection preface (RFC 9113 §3.4) and an empty SETTINGS
+/// frame: what the probe sends, the only HTTP/2 bytes written here by hand.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+
+/// h2c by prior knowledge: an HTTP/1.x server answers the preface with an
+/// HTTP/1.x error, or closes. A silent server is left to the run.
+fn check_prior_knowledge(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let fail = |e: io::Error| format!("(h2c): {e}");
+    let mut socket = std::net::TcpStream::connect_timeout(&addr, timeout).map_err(fail)?;
+    socket.set_read_timeout(Some(timeout)).map_err(fail)?;
+    socket.write_all(PREFACE).map_err(fail)?;
+    let mut reply = [0u8; 8];
+    match socket.read(&mut reply) {
+        Ok(0) => Err("by prior knowledge (h2c): it closed the connection on the HTTP/2 preface".into()),
+        Ok(n) if reply[..n].starts_with(b"HTTP/") => {
+            Err("by prior knowledge (h2c): it answered the HTTP/2 preface in HTTP/1.x".into())
+        }
+        Ok(_) => Ok(()),
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Ok(()),
+        Err(e) => Err(fail(e)),
     }
 }

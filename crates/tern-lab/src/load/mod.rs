@@ -239,9 +239,8 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
     let tls_config =
         if plan.url.tls { Some(tls::client_config(&opts.tls, alpn).map_err(LoadError::Option)?) } else { None };
     let h2_client = if opts.h2 {
-        if let Some(config) = &tls_config {
-            h2::check_alpn(config, plan.url.host_for_lookup(), addr, opts.timeout).map_err(LoadError::Http2)?;
-        }
+        h2::check_server(tls_config.as_ref(), plan.url.host_for_lookup(), addr, opts.timeout)
+            .map_err(LoadError::Http2)?;
         Some(h2::Client::new(plan).map_err(LoadError::Http2)?)
     } else {
         None

@@ -76,16 +76,13 @@ pub fn negotiate(
     host: &str,
     addr: SocketAddr,
     timeout: Duration,
-) -> Result<Option<Vec<u8>>, String> {
-    let fail = |e: &dyn std::fmt::Display| format!("TLS handshake with {addr}: {e}");
-    let mut tls = session(config, host).map_err(|e| fail(&e))?;
-    let mut socket = std::net::TcpStream::connect_timeout(&addr, timeout).map_err(|e| fail(&e))?;
-    socket
-        .set_read_timeout(Some(timeout))
-        .and_then(|()| socket.set_write_timeout(Some(timeout)))
-        .map_err(|e| fail(&e))?;
+) -> io::Result<Option<Vec<u8>>> {
+    let mut tls = session(config, host)?;
+    let mut socket = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    socket.set_read_timeout(Some(timeout))?;
+    socket.set_write_timeout(Some(timeout))?;
     while tls.is_handshaking() {
-        tls.complete_io(&mut socket).map_err(|e| fail(&e))?;
+        tls.complete_io(&mut socket)?;
     }
     Ok(tls.alpn_protocol().map(<[u8]>::to_vec))
 }
