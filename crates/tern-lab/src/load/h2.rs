@@ -61,8 +61,8 @@ pub const ALPN: &[u8] = b"h2";
 /// window update and the client sends one rarely.
 const WINDOW: u32 = (1 << 30) - 1;
 
-/// Header fields HTTP/2 forbids (RFC 9113 §8.2.2); `Host` becomes
-/// `:authority`.
+/// Header fields HTTP/2 forbids (RFC 9113 §8.2.2; `TE` too, but for
+/// `trailers`); `Host` becomes `:authority`.
 const CONNECTION_SPECIFIC: [&str; 6] =
     ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host"];
 
@@ -95,7 +95,8 @@ impl Client {
                 let (mut parts, ()) =
                     Request::builder().method(method).uri(uri).body(()).expect("valid parts").into_parts();
                 for (name, value) in &r.fields {
-                    if CONNECTION_SPECIFIC.iter().any(|c| name.eq_ignore_ascii_case(c)) {
+                    let te = name.eq_ignore_ascii_case("te") && !value.eq_ignore_ascii_case("trailers");
+                    if te || CONNECTION_SPECIFIC.iter().any(|c| name.eq_ignore_ascii_case(c)) {
                         continue;
                     }
                     let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| format!("{name}: {e}"))?;
@@ -440,5 +441,33 @@ fn check_prior_knowledge(addr: SocketAddr, timeout: Duration) -> Result<(), Stri
         Ok(_) => Ok(()),
         Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => Ok(()),
         Err(e) => Err(fail(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::plan::{RequestSpec, Url};
+
+    #[test]
+    fn requests_become_http2_heads() {
+        let mut post = RequestSpec::new("POST", Url::parse("https://h:8443/form?x=1").unwrap());
+        post.body = b"abc".to_vec();
+        post.headers.push(("Host".into(), "example.org".into()));
+        let get = RequestSpec::new("GET", Url::parse("https://h:8443/").unwrap());
+        let extra = [("TE".to_string(), "gzip".to_string()), ("Accept".to_string(), "*/*".to_string())];
+        // No keep-alive: the HTTP/1.1 form says Connection: close.
+        let plan = Plan::build(&[post, get], &extra, false).unwrap();
+        let client = Client::new(&plan).unwrap();
+        let (parts, body) = &client.requests[0];
+        assert_eq!(parts.method, Method::POST);
+        assert_eq!(parts.uri, "https://example.org/form?x=1");
+        let names: Vec<&str> = parts.headers.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["user-agent", "accept", "content-length"]);
+        assert_eq!(parts.headers["content-length"], "3");
+        assert_eq!(body.as_deref(), Some(&b"abc"[..]));
+        let (parts, body) = &client.requests[1];
+        assert_eq!((parts.method.as_str(), parts.uri.to_string().as_str()), ("GET", "https://h:8443/"));
+        assert!(body.is_none());
     }
 }

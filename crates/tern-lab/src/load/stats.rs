@@ -84,7 +84,8 @@ pub struct Stats {
     pub errors: [u64; ErrorClass::ALL.len()],
     /// Response payload bytes (de-chunked bodies).
     pub body_bytes: u64,
-    /// Response bytes on the wire: heads, chunk framing and bodies.
+    /// Response bytes on the wire: heads, chunk framing and bodies (HTTP/2:
+    /// every frame read, after TLS).
     pub wire_bytes: u64,
     /// Open loop: requests that left more than [`LATE_AFTER`] after their
     /// intended time, because no connection was free or the thread was busy.
