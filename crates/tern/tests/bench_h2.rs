@@ -73,7 +73,7 @@ impl RefServer {
 
     /// nginx, one process (no master): h2 on its TLS listener, h2c on a
     /// plain one, and HTTP/1.1 only on two more; `slow.bin` sent at
-    /// 20 KiB/s.
+    /// 20 KiB/s, `/reset` answered by resetting the stream (444).
     fn nginx() -> RefServer {
         let dir = tempfile::tempdir().unwrap();
         let root = docroot(dir.path());
@@ -94,6 +94,7 @@ impl RefServer {
                  listen 127.0.0.1:{tls} ssl http2; listen 127.0.0.1:{plain} http2;\n\
                  root {};\n\
                  location = /slow.bin {{ limit_rate 20k; }}\n\
+                 location = /reset {{ return 444; }}\n\
                }}\n\
                server {{ listen 127.0.0.1:{} ssl; listen 127.0.0.1:{}; root {}; }}\n\
              }}\n",
@@ -174,8 +175,14 @@ fn bench(args: &[&str]) -> Output {
 }
 
 fn json(out: &Output) -> serde_json::Value {
+    assert!(out.status.success(), "tern bench failed: {}", String::from_utf8_lossy(&out.stderr));
+    json_or_failed(out)
+}
+
+/// The report of a run that was made, successful or not (exit 0 or 1).
+fn json_or_failed(out: &Output) -> serde_json::Value {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    assert!(out.status.success(), "tern bench failed: {}{}", text(&out.stderr), text(&out.stdout));
+    assert!(matches!(out.status.code(), Some(0 | 1)), "tern bench failed: {}", text(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)))
 }
 
@@ -275,6 +282,18 @@ fn streams_are_concurrent_on_one_connection() {
     let log = server.access(10);
     let conns: HashSet<&str> = log.iter().map(|l| l[0].as_str()).collect();
     assert_eq!((log.len(), conns.len()), (10, 1));
+}
+
+#[test]
+fn resets_are_counted_as_such_and_keep_the_connection() {
+    let server = RefServer::nginx();
+    let r =
+        json_or_failed(&bench(&["-c", "2", "-t", "1", "--streams", "4", "-n", "100", &server.url(false, "/reset")]));
+    assert_eq!(r["requests"], 0);
+    assert_eq!(r["errors"]["reset"], 100, "{}", r["errors"]);
+    assert_eq!(r["errors"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>(), 100);
+    // A stream's reset is not the connection's end.
+    assert_eq!(r["connects"], 2);
 }
 
 #[test]

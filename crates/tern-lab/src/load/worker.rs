@@ -730,15 +730,27 @@ impl<'a> Worker<'a> {
             let c = &mut self.conns[slot];
             let Some(session) = c.h2.as_mut() else { return };
             let was_open = session.is_open();
+            let mut refused = false;
             while c.unsent < c.inflight.len() && !session.going_away() {
                 match session.send(client, c.inflight[c.unsent].req as usize) {
                     Ok(true) => c.unsent += 1,
-                    Ok(false) | Err(_) => break,
+                    Ok(false) => break,
+                    Err(_) => {
+                        // Refused by `h2` itself, not for a GOAWAY: it
+                        // would refuse it again, so it fails as a write.
+                        refused = !session.going_away();
+                        break;
+                    }
                 }
             }
             alive = session.drive();
+            let opened = !was_open && session.is_open();
+            if refused {
+                let unsent = self.conns[slot].unsent;
+                self.stream_failed(slot, unsent, Some(ErrorClass::Write), Instant::now());
+            }
             // Just through its handshake: send what waited for it.
-            if was_open || !session.is_open() {
+            if !opened {
                 break;
             }
         }
