@@ -7,13 +7,16 @@
 //! client, the implementation hyper, tonic and most of the Rust ecosystem
 //! use: well kept, conformant, and already in the tree (tonic depends on
 //! it), so `--h2` adds no crate to the build. The Rust sans-I/O HPACK and
-//! frame crates are either unmaintained (`hpack`, last released 2016) or a
-//! single project's parts; their one advantage, a HEADERS block encoded once
-//! and replayed, does not survive a real server's dynamic table on the
-//! response side, which needs a full HPACK decoder anyway.
+//! frame crates are unmaintained (`hpack`, last released 2016) or one
+//! project's internals. What they would save is the encoding of each
+//! request's HEADERS (a block could be encoded once and replayed): about
+//! 6 % of the generator's CPU in a profile (HPACK encoding and the header
+//! map's clone), bought with stream states, flow control and the
+//! RST_STREAM/GOAWAY rules written here — the part a benchmark must not get
+//! wrong.
 //!
 //! `h2` is written for async runtimes, but needs none: its futures only
-//! need their transport's `poll_read`/`poll_write`. [`Wire`] gives it the
+//! need their transport's `poll_read`/`poll_write`. `Wire` gives it the
 //! worker's own non-blocking mio socket (through rustls for `https://`),
 //! turning `WouldBlock` into `Pending`; the worker polls the session again
 //! on the socket's next readiness event, so the waker is a no-op and no
@@ -22,11 +25,18 @@
 //! (`h2` stops reading only when a read is pending or its write buffer is
 //! full, and then a writable edge follows).
 //!
-//! What it costs per request over HTTP/1.1's prepared bytes: a request head
-//! cloned into an `http::Request` (a header map allocation), HPACK encoding
-//! (indexed after the first request) and decoding, and `h2`'s stream store
-//! behind a mutex nobody else takes. Measured in the report of the branch
-//! that added it (`tern bench --h2` against h2load and HTTP/1.1).
+//! What it costs: per request, a request head cloned into an
+//! `http::Request` (a header map allocation), HPACK encoding (indexed after
+//! the first request) and decoding, `h2`'s stream store behind a mutex
+//! nobody else takes, and a poll of each stream in flight on the
+//! connection after each read. Measured against h2o (1 KiB over TLS, 32
+//! connections, one thread each, five seconds a run, beside a running
+//! soak; process CPU from `time`): with 10 streams a connection 6.0–6.7 µs
+//! of CPU per request, h2load 5.2–5.4 µs (user time 3.1–3.3 µs against
+//! our 4.7–4.9, system time a little more than ours), at 1.35–1.5×
+//! h2load's requests/s; over HTTP/1.1
+//! 8.0–8.7 µs pipelined 10 deep, 12.9–15.8 µs one request at a time (more
+//! system calls per request).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
