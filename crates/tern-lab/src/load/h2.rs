@@ -30,12 +30,12 @@
 //! the first request) and decoding, `h2`'s stream store behind a mutex
 //! nobody else takes, and a poll of each stream in flight on the
 //! connection after each read. Measured against h2o (1 KiB over TLS, 32
-//! connections, one thread each, five seconds a run, beside a running
-//! soak; process CPU from `time`): with 10 streams a connection 6.0–6.7 µs
-//! of CPU per request, h2load 5.2–5.4 µs (user time 3.1–3.3 µs against
-//! our 4.7–4.9, system time a little more than ours), at 1.35–1.5×
-//! h2load's requests/s; over HTTP/1.1
-//! 8.0–8.7 µs pipelined 10 deep, 12.9–15.8 µs one request at a time (more
+//! connections, one thread each, five seconds a run, six rounds in two
+//! sessions, beside a running soak; process CPU from `time`): with 10
+//! streams a connection 5.7–6.7 µs of CPU per request, h2load 4.7–5.4 µs
+//! (1.18–1.27×: user time 4.0–4.9 µs against its 2.9–3.3, system time
+//! about the same), at 0.95–1.5× h2load's requests/s; over HTTP/1.1
+//! 8.0–10.6 µs pipelined 10 deep, 12.9–15.8 µs one request at a time (more
 //! system calls per request).
 
 use std::cell::Cell;
