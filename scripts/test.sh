@@ -17,9 +17,10 @@ cd "$(dirname "$0")/.."
 # checked against; wrk drives the sites' reload under load, checking every
 # response with a script; python3-websockets is the WebSocket echo server and
 # client of the proxy tests (their Go and Node upstreams use the machine's Go
-# and Node). bench/soak.sh installs what it needs itself.
+# and Node); h2o and nginx are the HTTP/2 servers `tern bench --h2` is
+# checked against. bench/soak.sh installs what it needs itself.
 scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium \
-    fuse3 python3-fusepy hyperfine wrk python3-websockets
+    fuse3 python3-fusepy hyperfine wrk python3-websockets h2o nginx
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test

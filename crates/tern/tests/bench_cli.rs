@@ -35,6 +35,8 @@ fn help_documents_the_flags_and_the_mix_format() {
         "--warmup",
         "--no-keepalive",
         "--pipeline",
+        "--streams",
+        "--h2",
         "--rate",
         "--header",
         "--method",

@@ -114,7 +114,11 @@ fn twelve_reloads_under_load_fail_no_request() {
     let out = bench.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(j["errors"], serde_json::json!({"connect": 0, "read": 0, "write": 0, "timeout": 0, "status": 0}), "{j}");
+    assert_eq!(
+        j["errors"],
+        serde_json::json!({"connect": 0, "read": 0, "write": 0, "timeout": 0, "reset": 0, "goaway": 0, "status": 0}),
+        "{j}"
+    );
     let requests = j["requests"].as_u64().unwrap();
     assert!(requests > 1000, "{j}");
     assert_eq!(j["status"]["200"].as_u64(), Some(requests), "{j}");

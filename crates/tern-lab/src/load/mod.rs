@@ -1,5 +1,5 @@
-//! `tern bench`: an HTTP/1.1 load generator that is never the bottleneck and
-//! never hides a stall.
+//! `tern bench`: an HTTP/1.1 and HTTP/2 load generator that is never the
+//! bottleneck and never hides a stall.
 //!
 //! Every performance claim of the project is measured with it, side by side
 //! with wrk, so it is built to be trustworthy first and fast second:
@@ -19,6 +19,9 @@
 //!   close-delimited), an HdrHistogram per thread merged at the end, no lock
 //!   between threads during the run. Each thread's CPU time is measured so a
 //!   saturated generator is reported instead of silently measuring itself.
+//! - HTTP/2 (`h2`): the same loop, schedule and histograms, each connection
+//!   an `h2` client session carrying up to `pipeline` concurrent streams
+//!   (module [`h2`]: why that crate, and how it runs without a runtime).
 //!
 //! # Mix files
 //!
@@ -49,6 +52,7 @@
 //!   `Content-Length` is computed; headers given on the command line apply
 //!   to every entry unless the entry sets the same header.
 
+pub mod h2;
 pub mod plan;
 pub mod report;
 pub mod response;
@@ -79,6 +83,8 @@ pub enum LoadError {
     Resolve { host: String, error: std::io::Error },
     #[error("cannot connect to {url} ({addr}): {error}")]
     Unreachable { url: String, addr: String, error: std::io::Error },
+    #[error("HTTP/2: {0}")]
+    Http2(String),
     #[error("cannot install the Ctrl-C handler: {0}")]
     Signal(std::io::Error),
     #[error("worker thread failed: {0}")]
@@ -107,8 +113,12 @@ pub struct Options {
     /// Load the server this long before measuring.
     pub warmup: Duration,
     pub keepalive: bool,
-    /// Requests in flight per connection (1 = no pipelining).
+    /// Requests in flight per connection: HTTP/1.1 pipelining (1 = none),
+    /// or with `h2`, concurrent streams.
     pub pipeline: usize,
+    /// Speak HTTP/2: over TLS by ALPN for `https://`, by prior knowledge
+    /// (h2c) for `http://`.
+    pub h2: bool,
     /// Open loop: total requests per second. `None`: closed loop.
     pub rate: Option<f64>,
     /// A request with no complete response after this long fails.
@@ -132,6 +142,7 @@ impl Default for Options {
             warmup: Duration::ZERO,
             keepalive: true,
             pipeline: 1,
+            h2: false,
             rate: None,
             timeout: Duration::from_secs(10),
             timeline: None,
@@ -224,7 +235,16 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
     }
     let threads = opts.threads.clamp(1, opts.connections);
     let addr = reach(&plan.url, opts.timeout)?;
-    let tls_config = if plan.url.tls { Some(tls::client_config(&opts.tls).map_err(LoadError::Option)?) } else { None };
+    let alpn = if opts.h2 { h2::ALPN } else { b"http/1.1" };
+    let tls_config =
+        if plan.url.tls { Some(tls::client_config(&opts.tls, alpn).map_err(LoadError::Option)?) } else { None };
+    let h2_client = if opts.h2 {
+        h2::check_server(tls_config.as_ref(), plan.url.host_for_lookup(), addr, opts.timeout)
+            .map_err(LoadError::Http2)?;
+        Some(h2::Client::new(plan).map_err(LoadError::Http2)?)
+    } else {
+        None
+    };
 
     let start = Instant::now();
     let measure_from = start + opts.warmup;
@@ -244,6 +264,7 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
                 plan,
                 addr,
                 tls: tls_config.as_ref(),
+                h2: h2_client.as_ref(),
                 connections,
                 conn_base,
                 budget: budget.map(|n| share(n, i)),
@@ -313,6 +334,11 @@ pub fn run(plan: &Plan, opts: &Options, interrupt: &AtomicBool) -> Result<Report
             threads,
             connections: opts.connections,
             keepalive: opts.keepalive,
+            protocol: match (opts.h2, plan.url.tls) {
+                (false, _) => "http/1.1",
+                (true, true) => "h2",
+                (true, false) => "h2c",
+            },
             pipeline: opts.pipeline,
             duration_s: match opts.stop {
                 Stop::Duration(d) => Some(d.as_secs_f64()),

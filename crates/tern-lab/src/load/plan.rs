@@ -152,10 +152,24 @@ pub struct PlannedRequest {
     /// `METHOD URL`, for reports.
     pub label: String,
     pub weight: u32,
-    /// The complete request: head and body.
+    /// The complete HTTP/1.1 request: head and body.
     pub bytes: Box<[u8]>,
     /// A `HEAD` request: its response has a head only.
     pub head: bool,
+    /// The same request as fields, for HTTP/2 ([`super::h2`]): method,
+    /// path and query, and the header fields in the order sent (`Host`
+    /// included: it becomes `:authority`).
+    pub method: String,
+    pub target: String,
+    pub fields: Vec<(String, String)>,
+    /// The body: the last `body_len` bytes of `bytes`.
+    pub body_len: usize,
+}
+
+impl PlannedRequest {
+    pub fn body(&self) -> &[u8] {
+        &self.bytes[self.bytes.len() - self.body_len..]
+    }
 }
 
 /// Everything the workers send: the requests and the order to draw them in.
@@ -229,22 +243,24 @@ fn serialize(
         return Err(PlanError::Method(spec.method.clone()));
     }
     let has = |name: &str| spec.headers.iter().chain(extra_headers).any(|(n, _)| n.eq_ignore_ascii_case(name));
-    let mut head = format!("{} {} HTTP/1.1\r\n", spec.method, spec.url.target);
+    let mut fields = Vec::new();
     if !has("host") {
-        head += &format!("Host: {}\r\n", spec.url.authority());
+        fields.push(("Host".to_string(), spec.url.authority()));
     }
     if !has("user-agent") {
-        head += "User-Agent: tern-bench\r\n";
+        fields.push(("User-Agent".to_string(), "tern-bench".to_string()));
     }
     let overridden = |name: &str| spec.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
-    for (name, value) in extra_headers.iter().filter(|(n, _)| !overridden(n)).chain(&spec.headers) {
-        head += &format!("{name}: {value}\r\n");
-    }
+    fields.extend(extra_headers.iter().filter(|(n, _)| !overridden(n)).chain(&spec.headers).cloned());
     if !spec.body.is_empty() || matches!(spec.method.as_str(), "POST" | "PUT" | "PATCH") {
-        head += &format!("Content-Length: {}\r\n", spec.body.len());
+        fields.push(("Content-Length".to_string(), spec.body.len().to_string()));
     }
     if !keepalive && !has("connection") {
-        head += "Connection: close\r\n";
+        fields.push(("Connection".to_string(), "close".to_string()));
+    }
+    let mut head = format!("{} {} HTTP/1.1\r\n", spec.method, spec.url.target);
+    for (name, value) in &fields {
+        head += &format!("{name}: {value}\r\n");
     }
     head += "\r\n";
     let mut bytes = head.into_bytes();
@@ -254,6 +270,10 @@ fn serialize(
         weight: spec.weight,
         bytes: bytes.into_boxed_slice(),
         head: spec.method == "HEAD",
+        method: spec.method.clone(),
+        target: spec.url.target.clone(),
+        fields,
+        body_len: spec.body.len(),
     })
 }
 

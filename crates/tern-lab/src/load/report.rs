@@ -37,6 +37,10 @@ pub struct Run {
     pub threads: usize,
     pub connections: usize,
     pub keepalive: bool,
+    /// "http/1.1", "h2" (HTTP/2 over TLS) or "h2c" (over TCP).
+    pub protocol: &'static str,
+    /// Requests in flight per connection: pipelined (HTTP/1.1) or
+    /// concurrent streams (HTTP/2).
     pub pipeline: usize,
     /// Measurement length asked for (duration mode).
     pub duration_s: Option<f64>,
@@ -125,13 +129,17 @@ pub struct Errors {
     pub read: u64,
     pub write: u64,
     pub timeout: u64,
+    /// HTTP/2: streams the server reset (RST_STREAM).
+    pub reset: u64,
+    /// HTTP/2: requests lost to a GOAWAY with an error code.
+    pub goaway: u64,
     /// Responses with a status other than 2xx/3xx.
     pub status: u64,
 }
 
 impl Errors {
     pub fn total(&self) -> u64 {
-        self.connect + self.read + self.write + self.timeout + self.status
+        self.connect + self.read + self.write + self.timeout + self.reset + self.goaway + self.status
     }
 }
 
@@ -233,6 +241,8 @@ impl Report {
                 read: stats.errors_of(ErrorClass::Read),
                 write: stats.errors_of(ErrorClass::Write),
                 timeout: stats.errors_of(ErrorClass::Timeout),
+                reset: stats.errors_of(ErrorClass::Reset),
+                goaway: stats.errors_of(ErrorClass::GoAway),
                 status: stats.status_errors(),
             },
             status: (0..stats.status.len())
@@ -325,7 +335,12 @@ impl fmt::Display for Report {
             self.run.connections,
             if self.run.connections == 1 { "" } else { "s" },
             if self.run.keepalive { "keep-alive" } else { "no keep-alive" },
-            if self.run.pipeline > 1 { format!(", pipeline {}", self.run.pipeline) } else { String::new() },
+            match (self.run.protocol, self.run.pipeline) {
+                ("http/1.1", 1) => String::new(),
+                ("http/1.1", depth) => format!(", pipeline {depth}"),
+                (h2, streams) =>
+                    format!(", {h2}, {streams} stream{} per connection", if streams == 1 { "" } else { "s" }),
+            },
         )?;
         let warmup =
             if self.run.warmup_s > 0.0 { format!(" after {:.2}s warm-up", self.run.warmup_s) } else { String::new() };
@@ -378,9 +393,15 @@ impl fmt::Display for Report {
         if e.total() == 0 {
             writeln!(f, "  errors    none")?;
         } else {
+            // The HTTP/2 kinds only where a run has them.
+            let h2 = if e.reset + e.goaway > 0 {
+                format!(", reset {}, goaway {}", count(e.reset), count(e.goaway))
+            } else {
+                String::new()
+            };
             writeln!(
                 f,
-                "  errors    {} (connect {}, read {}, write {}, timeout {}, status {})",
+                "  errors    {} (connect {}, read {}, write {}, timeout {}{h2}, status {})",
                 count(e.total()),
                 count(e.connect),
                 count(e.read),

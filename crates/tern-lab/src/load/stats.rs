@@ -23,16 +23,29 @@ pub enum ErrorClass {
     /// The TCP connection could not be established.
     Connect,
     /// Reading failed, the server closed mid-response or sent something that
-    /// is not HTTP/1.x.
+    /// is not HTTP/1.x (with `--h2`: broke the HTTP/2 protocol).
     Read,
     /// Sending the request failed.
     Write,
     /// No complete response within `--timeout`.
     Timeout,
+    /// HTTP/2: the server reset the request's stream (RST_STREAM).
+    Reset,
+    /// HTTP/2: the server ended the connection with an error code (GOAWAY)
+    /// before answering. A graceful GOAWAY is no error: the requests it
+    /// left unprocessed are sent again, as after `Connection: close`.
+    GoAway,
 }
 
 impl ErrorClass {
-    pub const ALL: [ErrorClass; 4] = [ErrorClass::Connect, ErrorClass::Read, ErrorClass::Write, ErrorClass::Timeout];
+    pub const ALL: [ErrorClass; 6] = [
+        ErrorClass::Connect,
+        ErrorClass::Read,
+        ErrorClass::Write,
+        ErrorClass::Timeout,
+        ErrorClass::Reset,
+        ErrorClass::GoAway,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -40,6 +53,8 @@ impl ErrorClass {
             ErrorClass::Read => "read",
             ErrorClass::Write => "write",
             ErrorClass::Timeout => "timeout",
+            ErrorClass::Reset => "reset",
+            ErrorClass::GoAway => "goaway",
         }
     }
 }
@@ -66,10 +81,11 @@ pub struct Stats {
     /// Responses by status code (index = code).
     pub status: Box<[u64; 1000]>,
     /// Failed requests by [`ErrorClass`] (index = position in `ALL`).
-    pub errors: [u64; 4],
+    pub errors: [u64; ErrorClass::ALL.len()],
     /// Response payload bytes (de-chunked bodies).
     pub body_bytes: u64,
-    /// Response bytes on the wire: heads, chunk framing and bodies.
+    /// Response bytes on the wire: heads, chunk framing and bodies (HTTP/2:
+    /// every frame read, after TLS).
     pub wire_bytes: u64,
     /// Open loop: requests that left more than [`LATE_AFTER`] after their
     /// intended time, because no connection was free or the thread was busy.
@@ -91,7 +107,7 @@ impl Stats {
             response: open_loop.then(new_histogram),
             responses: 0,
             status: Box::new([0; 1000]),
-            errors: [0; 4],
+            errors: [0; ErrorClass::ALL.len()],
             body_bytes: 0,
             wire_bytes: 0,
             late: 0,

@@ -7,8 +7,10 @@
 //! every connection makes a full handshake.
 
 use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use mio::net::TcpStream;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -31,8 +33,9 @@ pub struct TlsOptions {
 /// The system's trust anchors (Debian's bundle).
 const SYSTEM_CAS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
-/// The client configuration every connection of the run shares.
-pub fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, String> {
+/// The client configuration every connection of the run shares; `alpn` is
+/// the one protocol offered (`http/1.1`, or `h2`).
+pub fn client_config(opts: &TlsOptions, alpn: &[u8]) -> Result<Arc<ClientConfig>, String> {
     // aws-lc-rs as the server (see the workspace Cargo.toml): its faster
     // handshakes and AES-GCM leave more of the machine to the server measured.
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -53,7 +56,7 @@ pub fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, String> {
         }
         builder.with_root_certificates(roots).with_no_client_auth()
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     if opts.no_resumption {
         config.resumption = Resumption::disabled();
     }
@@ -64,6 +67,24 @@ pub fn client_config(opts: &TlsOptions) -> Result<Arc<ClientConfig>, String> {
 pub fn session(config: &Arc<ClientConfig>, host: &str) -> io::Result<Box<ClientConnection>> {
     let name = ServerName::try_from(host.to_string()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     ClientConnection::new(config.clone(), name).map(Box::new).map_err(io::Error::other)
+}
+
+/// Makes one handshake with the server (blocking, before the run) and
+/// returns the protocol it selected by ALPN.
+pub fn negotiate(
+    config: &Arc<ClientConfig>,
+    host: &str,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> io::Result<Option<Vec<u8>>> {
+    let mut tls = session(config, host)?;
+    let mut socket = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    socket.set_read_timeout(Some(timeout))?;
+    socket.set_write_timeout(Some(timeout))?;
+    while tls.is_handshaking() {
+        tls.complete_io(&mut socket)?;
+    }
+    Ok(tls.alpn_protocol().map(<[u8]>::to_vec))
 }
 
 /// Encrypts `iov` (as much as the session buffers) and writes what the

@@ -31,8 +31,9 @@ use mio::net::TcpStream;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
+use super::h2;
 use super::plan::Plan;
-use super::response::{ResponseParser, MAX_LINE};
+use super::response::{Response, ResponseParser, MAX_LINE};
 use super::stats::{micros, ErrorClass, Stats, LATE_AFTER};
 use super::timeline::Row;
 use super::tls;
@@ -84,6 +85,8 @@ pub struct Setup<'a> {
     pub addr: SocketAddr,
     /// For `https://`: the client configuration all connections share.
     pub tls: Option<&'a std::sync::Arc<rustls::ClientConfig>>,
+    /// HTTP/2: the requests as HTTP/2 heads and the client's settings.
+    pub h2: Option<&'a h2::Client>,
     /// Connections of this thread, and the global number of the first one.
     pub connections: usize,
     pub conn_base: usize,
@@ -156,6 +159,9 @@ struct Conn {
     parser: ResponseParser,
     /// An incomplete head line left over from the last read.
     carry: Vec<u8>,
+    /// HTTP/2: the session, once connected (it then owns the socket and the
+    /// TLS session). Its streams are `inflight[..unsent]`, in order.
+    h2: Option<h2::Session>,
     /// Takes no more requests (no keep-alive): closes after the response.
     closing: bool,
     /// In the thread's free list.
@@ -356,6 +362,7 @@ impl<'a> Worker<'a> {
                 unsent_off: 0,
                 parser: ResponseParser::new(),
                 carry: Vec::new(),
+                h2: None,
                 closing: false,
                 listed: false,
                 retry_at: None,
@@ -558,6 +565,9 @@ impl<'a> Worker<'a> {
     }
 
     fn on_event(&mut self, slot: usize, readable: bool, writable: bool, read_closed: bool) {
+        if self.conns[slot].h2.is_some() {
+            return self.drive_h2(slot);
+        }
         if self.conns[slot].phase == Phase::Connecting {
             let Some(stream) = self.conns[slot].stream.as_ref() else { return };
             match stream.take_error() {
@@ -588,6 +598,14 @@ impl<'a> Worker<'a> {
 
     /// Writes the connection's unsent requests, as many as the socket takes.
     fn flush(&mut self, slot: usize) {
+        if let Some(client) = self.setup.h2 {
+            let c = &mut self.conns[slot];
+            if c.h2.is_none() {
+                let Some(stream) = c.stream.take() else { return };
+                c.h2 = Some(h2::Session::start(client, stream, c.tls.take()));
+            }
+            return self.drive_h2(slot);
+        }
         let plan = self.setup.plan;
         loop {
             let c = &mut self.conns[slot];
@@ -681,7 +699,7 @@ impl<'a> Worker<'a> {
                 match c.parser.parse(&data[pos..], head) {
                     Ok((used, Some(response))) => {
                         pos += used;
-                        if !self.complete(slot, response, now) {
+                        if !self.complete(slot, 0, response, now) {
                             return;
                         }
                     }
@@ -701,11 +719,102 @@ impl<'a> Worker<'a> {
         }
     }
 
+    /// HTTP/2: hands the waiting requests to the session as streams, lets
+    /// it read and write what the socket allows, and accounts the responses
+    /// and stream errors it completed. Where HTTP/1.1 has `flush` and
+    /// `read`, the session does both in one poll.
+    fn drive_h2(&mut self, slot: usize) {
+        let Some(client) = self.setup.h2 else { return };
+        let mut alive = Ok(true);
+        for _ in 0..2 {
+            let c = &mut self.conns[slot];
+            let Some(session) = c.h2.as_mut() else { return };
+            let was_open = session.is_open();
+            let mut refused = false;
+            while c.unsent < c.inflight.len() && !session.going_away() {
+                match session.send(client, c.inflight[c.unsent].req as usize) {
+                    Ok(true) => c.unsent += 1,
+                    Ok(false) => break,
+                    Err(_) => {
+                        // Refused by `h2` itself, not for a GOAWAY: it
+                        // would refuse it again, so it fails as a write.
+                        refused = !session.going_away();
+                        break;
+                    }
+                }
+            }
+            alive = session.drive();
+            let opened = !was_open && session.is_open();
+            if refused {
+                let unsent = self.conns[slot].unsent;
+                self.stream_failed(slot, unsent, Some(ErrorClass::Write), Instant::now());
+            }
+            // Just through its handshake: send what waited for it.
+            if !opened {
+                break;
+            }
+        }
+        let now = Instant::now();
+        if let Some(session) = &self.conns[slot].h2 {
+            let received = session.take_received();
+            if now >= self.setup.measure_from {
+                self.stats.wire_bytes += received;
+            }
+        }
+        let mut i = 0;
+        while let Some(session) = self.conns[slot].h2.as_mut() {
+            if i >= session.in_flight() {
+                break;
+            }
+            match session.poll_exchange(i) {
+                std::task::Poll::Pending => i += 1,
+                std::task::Poll::Ready(Ok(answer)) => {
+                    let response =
+                        Response { status: answer.status, body_bytes: answer.body_bytes, wire_bytes: 0, close: false };
+                    self.complete(slot, i, response, now);
+                }
+                std::task::Poll::Ready(Err(e)) => self.stream_failed(slot, i, h2::verdict(&e), now),
+            }
+        }
+        let c = &mut self.conns[slot];
+        let Some(session) = c.h2.as_ref() else { return };
+        if session.going_away() {
+            c.closing = true;
+        }
+        match alive {
+            Ok(true) if session.in_flight() > 0 || !c.closing => {}
+            // Going away with nothing in flight: what was not sent yet
+            // goes to another connection.
+            Ok(true) => self.close(slot),
+            // Ended, its streams failed above (`h2` hands the
+            // connection's error to each): what was not sent yet goes to
+            // another connection.
+            Ok(_) | Err(_) if session.in_flight() == 0 => self.close(slot),
+            Ok(_) => self.fail(slot, ErrorClass::Read, now),
+            Err(e) => self.fail(slot, h2::verdict(&e).unwrap_or(ErrorClass::Read), now),
+        }
+    }
+
+    /// HTTP/2: the `i`-th request in flight got no response. `None`: the
+    /// server did not process it, and it is sent again elsewhere.
+    fn stream_failed(&mut self, slot: usize, i: usize, class: Option<ErrorClass>, now: Instant) {
+        let f = self.take(slot, i);
+        match class {
+            None => self.sched.retry.push_back(Pending { intended: f.intended, req: f.req, measured: f.measured }),
+            Some(class) if f.measured => {
+                self.stats.error(class, 1);
+                self.row(slot, &f, now, Err(class));
+            }
+            Some(_) => {}
+        }
+        self.mark_free(slot);
+    }
+
     /// The server closed the connection.
     fn eof(&mut self, slot: usize, now: Instant) {
         match self.conns[slot].parser.finish() {
             Ok(Some(response)) => {
-                if self.complete(slot, response, now) {
+                if self.complete(slot, 0, response, now) {
                     // Complete returned "still open", but the socket is done.
                     self.close(slot);
                 }
@@ -715,17 +824,24 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// Accounts one response. Returns whether the connection stays open.
-    fn complete(&mut self, slot: usize, response: super::response::Response, now: Instant) -> bool {
+    /// Takes the `i`-th request in flight off the connection.
+    fn take(&mut self, slot: usize, i: usize) -> InFlight {
         let c = &mut self.conns[slot];
-        let f = c.inflight.pop_front().expect("a response answers an in-flight request");
-        if c.unsent > 0 {
+        let f = c.inflight.remove(i).expect("a response answers an in-flight request");
+        if c.unsent > i {
             c.unsent -= 1;
         } else {
             // Answered before we finished sending it; the rest is moot.
             c.unsent_off = 0;
         }
         self.inflight_total -= 1;
+        f
+    }
+
+    /// Accounts the response to the `i`-th request in flight (HTTP/1.1:
+    /// always the first). Returns whether the connection stays open.
+    fn complete(&mut self, slot: usize, i: usize, response: Response, now: Instant) -> bool {
+        let f = self.take(slot, i);
         if f.measured {
             let s = &mut self.stats;
             let _ = s.service.record(micros(now - f.start));
@@ -812,6 +928,7 @@ impl<'a> Worker<'a> {
         c.unsent_off = 0;
         c.parser = ResponseParser::new();
         c.carry.clear();
+        c.h2 = None;
         c.closing = false;
         self.mark_free(slot);
     }

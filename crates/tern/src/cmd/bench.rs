@@ -25,6 +25,9 @@ Examples:
   tern bench -n 10000 --pipeline 16 -H 'Accept-Encoding: gzip' http://host/
   tern bench -m POST --body-file form.txt -H 'Content-Type: text/plain' http://host/cgi-bin/x
   tern bench --mix site.mix -d 20s --json http://127.0.0.1:8080/
+  tern bench --h2 -c 32 --streams 10 -d 10s -k https://127.0.0.1:8443/1k.bin
+      HTTP/2 (ALPN h2; with http:// URLs h2c by prior knowledge), 10
+      concurrent streams per connection, like h2load -c32 -m10
 
 Mix files (--mix FILE) spread requests over several URLs of one server:
 
@@ -57,7 +60,10 @@ woken.
 Output: a summary on stdout (or JSON with --json, including the latency
 histograms in HdrHistogram V2 deflate + base64 so runs can be merged exactly),
 a progress bar on stderr when it is a terminal. Errors are counted by class:
-connect, read, write, timeout, and status (responses other than 2xx/3xx).
+connect, read, write, timeout, status (responses other than 2xx/3xx), and
+with --h2 reset (RST_STREAM) and goaway (GOAWAY with an error code; the
+requests a graceful GOAWAY left unprocessed are sent again, as after
+Connection: close).
 Ctrl-C stops the run and prints what was measured; a second Ctrl-C exits.
 Exit status: 0 when the run was made and at least one response was a 2xx or
 3xx, 1 when none was (every request 404, refused or timed out: the summary
@@ -106,9 +112,14 @@ pub struct Args {
     /// resumption).
     #[arg(long)]
     pub no_resumption: bool,
-    /// Requests in flight per connection (HTTP/1.1 pipelining).
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// Requests in flight per connection: HTTP/1.1 pipelining, or with
+    /// --h2 concurrent streams (h2load's -m; -m is the method here).
+    #[arg(long, visible_alias = "streams", value_name = "N", default_value_t = 1)]
     pub pipeline: usize,
+    /// Speak HTTP/2: over TLS when the server selects h2 by ALPN
+    /// (https://), else by prior knowledge (h2c, http://).
+    #[arg(long)]
+    pub h2: bool,
     /// Open loop: send this many requests per second in total, whatever the
     /// server does, and also measure latency from each intended send time.
     #[arg(short = 'R', long, value_name = "REQ_PER_S")]
@@ -216,6 +227,7 @@ fn load_run(args: &Args, progress: bool, ctrl_c: bool) -> anyhow::Result<load::R
         warmup: args.warmup,
         keepalive,
         pipeline: args.pipeline,
+        h2: args.h2,
         rate: args.rate,
         timeout: args.timeout,
         timeline: args.timeline.clone(),
