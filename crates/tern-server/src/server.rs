@@ -261,7 +261,7 @@ impl Server {
 
     fn launch(config: Config, inherited: Vec<std::net::TcpListener>, apps: Apps) -> Result<Server, StartError> {
         sys::block_signals(&[libc::SIGCHLD]);
-        sys::merge_frees_at_once();
+        sys::tune_allocator();
         let signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
         let prepared = Prepared::new(config, inherited)?;
         for socket in prepared.per_worker.iter().flatten() {
