@@ -110,7 +110,8 @@ fn field<'h>(head: &'h str, name: &str) -> Option<&'h str> {
     head.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim)
 }
 
-/// The exchange over one way in: what HTTP/1.1 answers, framed as HTTP/2.
+/// The exchange over one way in: what HTTP/1.1 answers, framed as HTTP/2;
+/// then many streams at once.
 fn check_exchange(site: &Site, via: &Via<'_>) {
     let out = site.dir.path().join("out");
     let (head, body) = via.curl("/", &out, &[]);
@@ -154,6 +155,8 @@ fn check_exchange(site: &Site, via: &Via<'_>) {
 
     let (head, _) = via.curl("/missing", &out, &[]);
     assert_eq!(status(&head), 404, "{head}");
+
+    check_streams(site, via, 20);
 }
 
 /// `n` requests each of `/big.bin` and `/small.txt`, all at once on one
@@ -189,9 +192,7 @@ fn pki(dir: &Path) -> (PathBuf, String) {
 fn h2c_by_prior_knowledge_answers_as_http1_does() {
     let site = common::site();
     let tern = serve(&site, "");
-    let via = Via::H2c(tern.addr);
-    check_exchange(&site, &via);
-    check_streams(&site, &via, 20);
+    check_exchange(&site, &Via::H2c(tern.addr));
 }
 
 #[test]
@@ -199,9 +200,7 @@ fn h2_over_tls_by_alpn_answers_as_http1_does() {
     let site = common::site();
     let (ca, tls) = pki(site.dir.path());
     let tern = serve(&site, &tls);
-    let via = Via::Tls(https_addr(&tern), &ca);
-    check_exchange(&site, &via);
-    check_streams(&site, &via, 20);
+    check_exchange(&site, &Via::Tls(https_addr(&tern), &ca));
 }
 
 #[test]

@@ -112,11 +112,12 @@ impl Conn {
             if let Some(e) = failed {
                 log!(Level::Debug, "{}: HTTP/2 connection ended: {e}", self.peers.peer);
             }
-            let busy = !session.idle() || !self.out.is_empty();
-            match (self.timer.clock == Clock::Idle, busy) {
-                (true, true) => self.set_clock(Clock::Send, w),
-                (false, false) => self.set_clock(Clock::Idle, w),
-                _ => {}
+            // Idle between streams (`timeouts.keepalive`); while streams
+            // are open, data must move at `timeouts.send_min_rate` either
+            // way — a client that never opens its window is a slow reader.
+            let clock = if session.idle() && self.out.is_empty() { Clock::Idle } else { Clock::Send };
+            if self.timer.clock != clock {
+                self.set_clock(clock, w);
             }
             if !self.out.is_empty() {
                 match self.flush(shared, w) {
