@@ -352,4 +352,8 @@ fn floods_end_the_connection_and_others_are_served() {
     }
     assert_eq!(attack(tern.addr, &flood), (Some(ENHANCE_YOUR_CALM), 0), "CONTINUATION flood");
     served();
+
+    let http2 = &tern.status()["http2"];
+    assert_eq!((&http2["connections"], &http2["errors"]), (&4.into(), &2.into()), "{http2}");
+    assert!(http2["streams"].as_u64() >= Some(2), "{http2}");
 }

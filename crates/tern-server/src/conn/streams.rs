@@ -46,6 +46,7 @@ impl Conn {
     /// Speaks HTTP/2 from now on: ALPN chose it, or a plain connection
     /// opened with the preface (which the session reads itself).
     pub(super) fn start_session(&mut self, w: &Worker<'_>) {
+        w.stats.h2_connections.incr();
         self.h2 = Some(Box::new(Session::new(&w.config.http2)));
         self.phase = Phase::Session;
     }
@@ -111,6 +112,7 @@ impl Conn {
             };
             if let Some(e) = failed {
                 log!(Level::Debug, "{}: HTTP/2 connection ended: {e}", self.peers.peer);
+                w.stats.h2_errors.incr();
             }
             // Idle between streams (`timeouts.keepalive`); while streams
             // are open, data must move at `timeouts.send_min_rate` either
@@ -230,6 +232,7 @@ impl Conn {
         self.records.start(w);
         self.requests += 1;
         w.stats.requests.incr();
+        w.stats.h2_streams.incr();
         let line = line.as_bytes();
         self.log_answer(w, Answered { site, line, status, bytes, referer, user_agent });
         match framed_head(&mut s.out) {
