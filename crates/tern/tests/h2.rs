@@ -15,10 +15,10 @@ use common::tls::{https_addr, section, Ca};
 use common::{Site, Tern};
 
 /// A site whose `/post` answers any request with a fixed body (it takes a
-/// request body whole), serving `root` otherwise.
-fn config(root: &Path, protocols: &str, tls: &str) -> String {
+/// request body whole), serving `root` otherwise; `sections` go first.
+fn config(root: &Path, protocols: &str, sections: &str) -> String {
     format!(
-        "{tls}[http2]\nprotocols = [{protocols}]\n[limits]\nmax_body_bytes = \"4MiB\"\n\
+        "{sections}[http2]\nprotocols = [{protocols}]\n[limits]\nmax_body_bytes = \"4MiB\"\n\
          [[site]]\nname = \"main\"\ndefault = true\nroot = \"{}\"\n\
          [[site.location]]\nexact = \"/post\"\nrespond = {{ body = \"taken\" }}\n",
         root.display()
@@ -356,4 +356,20 @@ fn floods_end_the_connection_and_others_are_served() {
     let http2 = &tern.status()["http2"];
     assert_eq!((&http2["connections"], &http2["errors"]), (&4.into(), &2.into()), "{http2}");
     assert!(http2["streams"].as_u64() >= Some(2), "{http2}");
+}
+
+#[test]
+fn a_client_that_never_opens_its_window_is_timed_out() {
+    let site = common::site();
+    let config = config(&site.root, "\"h2c\"", "[timeouts]\nsend = \"1s\"\n");
+    let tern = Tern::start(&site.root, "auto", &config, &[]);
+    // Windows of 0 for its streams, then `GET /big.bin`: the answer's head
+    // comes, and nothing of its body can.
+    let mut stall = frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]);
+    stall.extend(frame(1, 0x5, 1, b"\x82\x86\x04\x08/big.bin\x41\x09localhost"));
+    let start = std::time::Instant::now();
+    let (_, headers) = attack(tern.addr, &stall);
+    let waited = start.elapsed();
+    assert_eq!(headers, 1);
+    assert!(waited < std::time::Duration::from_secs(6), "closed after {waited:?}");
 }
