@@ -373,3 +373,26 @@ fn a_client_that_never_opens_its_window_is_timed_out() {
     assert_eq!(headers, 1);
     assert!(waited < std::time::Duration::from_secs(6), "closed after {waited:?}");
 }
+
+#[test]
+fn a_stopping_server_finishes_the_streams_in_flight() {
+    let site = common::site();
+    // Far more than the sockets' buffers hold, at 20 MiB/s: under way
+    // when the server is told to stop.
+    let huge = common::pattern(64 << 20, 3);
+    std::fs::write(site.root.join("huge.bin"), &huge).unwrap();
+    let mut tern = serve(&site, "");
+    let out = site.dir.path().join("out");
+    let download = Command::new("curl")
+        .args(["-sS", "--max-time", "60", "--limit-rate", "20M", "--http2-prior-knowledge", "-o"])
+        .arg(&out)
+        .arg(format!("http://{}/huge.bin", tern.addr))
+        .spawn()
+        .expect("curl");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let exited = tern.terminate(std::time::Duration::from_secs(30));
+    let got = download.wait_with_output().unwrap();
+    assert!(got.status.success(), "the download failed");
+    assert!(std::fs::read(&out).unwrap() == huge, "the download is not whole");
+    assert!(exited.is_some(), "the server did not stop after its last stream");
+}
