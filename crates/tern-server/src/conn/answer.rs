@@ -62,6 +62,7 @@ pub(super) struct Exchanged {
     pub(super) bytes: u64,
     pub(super) keep_alive: bool,
     pub(super) site: Option<u32>,
+    /// The location's dressing, for a backend's head (`None` otherwise).
     pub(super) dressing: Option<Arc<Dressing>>,
 }
 
@@ -96,13 +97,16 @@ pub(super) fn exchange(
     if let Answer::Done = answer {
         reply.finish();
     }
+    // Kept only by a backend, which dresses its head later (a shared
+    // count not touched on every request).
+    let dressing = if let Answer::Backend(_) = answer { reply.dressing.cloned() } else { None };
     Exchanged {
         answer,
         status: reply.status,
         bytes: reply.body_len,
         keep_alive: reply.keep_alive,
         site: reply.site,
-        dressing: reply.dressing.cloned(),
+        dressing,
     }
 }
 
