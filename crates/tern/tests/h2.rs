@@ -396,3 +396,27 @@ fn a_stopping_server_finishes_the_streams_in_flight() {
     assert!(std::fs::read(&out).unwrap() == huge, "the download is not whole");
     assert!(exited.is_some(), "the server did not stop after its last stream");
 }
+
+#[test]
+fn a_stopping_server_says_goaway_to_an_idle_client() {
+    use std::io::Write;
+    let site = common::site();
+    let tern = serve(&site, "");
+    let mut s = std::net::TcpStream::connect(tern.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(4, 0, 0, b""));
+    s.write_all(&hello).unwrap();
+    let mut settings = [0; 9];
+    s.read_exact(&mut settings).unwrap();
+    unsafe { libc::kill(tern.pid(), libc::SIGTERM) };
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let mut at = u32::from_be_bytes([0, settings[0], settings[1], settings[2]]) as usize;
+    let mut kinds = Vec::new();
+    while at + 9 <= got.len() {
+        kinds.push(got[at + 3]);
+        at += 9 + u32::from_be_bytes([0, got[at], got[at + 1], got[at + 2]]) as usize;
+    }
+    assert!(kinds.contains(&7), "no GOAWAY before the close: frames {kinds:?}");
+}
