@@ -18,9 +18,12 @@ cd "$(dirname "$0")/.."
 # response with a script; python3-websockets is the WebSocket echo server and
 # client of the proxy tests (their Go and Node upstreams use the machine's Go
 # and Node); h2o and nginx are the HTTP/2 servers `tern bench --h2` is
-# checked against. bench/soak.sh installs what it needs itself.
+# checked against, nghttp2-client's nghttp uploads over HTTP/2 in the h2
+# tests. bench/soak.sh installs what it needs itself.
 scripts/ensure-packages.sh curl openssl util-linux perl python3 gcc make man-db systemd php-fpm iproute2 libfcgi-dev chromium \
-    fuse3 python3-fusepy hyperfine wrk python3-websockets h2o nginx
+    fuse3 python3-fusepy hyperfine wrk python3-websockets h2o nginx nghttp2-client
+# h2spec, the HTTP/2 conformance suite of the h2 tests, is a Go program.
+scripts/ensure-go-tools.sh
 
 echo "== gateway (C library); its example CGIs are used by the end-to-end tests"
 make -C gateway test
@@ -38,7 +41,7 @@ cargo test --workspace --locked
 suite=(--test static_files --test static_io --test corpus --test traversal --test hidden_files
     --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings
     --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst
-    --test operations --test reload --test sites --test proxy)
+    --test operations --test reload --test sites --test proxy --test h2)
 for model in pool staged per-request uring; do
     echo "== end-to-end suite, server.model = $model"
     extra=()

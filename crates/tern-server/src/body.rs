@@ -322,6 +322,44 @@ impl OutQueue {
         }
     }
 
+    /// Takes up to `max` bytes off the front of the queue, copied — a
+    /// file region read with `pread`, whatever its method — for a framing
+    /// that carries the bytes itself (an HTTP/2 stream's `DATA` frames).
+    /// A file that shrank is an error, as when it is sent.
+    pub fn pull(&mut self, max: usize) -> io::Result<Vec<u8>> {
+        self.commit_buf();
+        let mut bytes = Vec::with_capacity(max.min(self.queued() as usize));
+        while bytes.len() < max {
+            let want = max - bytes.len();
+            let at = bytes.len();
+            match self.segments.front() {
+                None => break,
+                Some(Segment::Buf { start, end }) => {
+                    bytes.extend_from_slice(&self.buf[*start..*end.min(&(start + want))]);
+                }
+                Some(Segment::Shared { bytes: held, start, end }) => {
+                    bytes.extend_from_slice(&(**held).as_ref()[*start..*end.min(&(start + want))]);
+                }
+                Some(Segment::File { file, offset, len, .. }) => {
+                    bytes.resize(at + want.min(*len as usize), 0);
+                    read_exact_at(file.file.as_fd(), &mut bytes[at..], *offset).map_err(|e| {
+                        if e.kind() == io::ErrorKind::UnexpectedEof {
+                            file.shrank()
+                        } else {
+                            e
+                        }
+                    })?;
+                }
+            }
+            self.advance(bytes.len() - at);
+        }
+        if self.segments.is_empty() {
+            self.buf.clear();
+            self.committed = 0;
+        }
+        Ok(bytes)
+    }
+
     /// Writes as much as the socket takes.
     pub fn flush(&mut self, sock: BorrowedFd<'_>) -> io::Result<Flushed> {
         loop {

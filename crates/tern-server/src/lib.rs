@@ -14,7 +14,7 @@
 //! `config/` (the sections assembled) → `engine/` → `conn/`, `shared.rs`,
 //! `handover.rs`, `per_ip.rs` → `site/` → `compress/` → `worker.rs` (what
 //! a worker lends), `reply.rs`, `body.rs`, `tls.rs`, `static_io.rs`,
-//! `calibrate.rs`, `limits.rs` → files and records (`open_files.rs`,
+//! `calibrate.rs`, `limits.rs`, `http2.rs` → files and records (`open_files.rs`,
 //! `resolve.rs`, `offload.rs`, `reaper.rs`, `access_log.rs`,
 //! `service_records.rs`, `metrics.rs`, `error_log.rs`, `values.rs`,
 //! `privileges.rs`, `listeners.rs`, `spool.rs`, `sys.rs`). Nothing imports
@@ -30,6 +30,7 @@ pub mod engine;
 pub mod error_log;
 pub mod handover;
 pub mod htpasswd;
+pub mod http2;
 pub mod limits;
 pub mod listeners;
 pub mod metrics;

@@ -108,6 +108,13 @@ pub struct WorkerStats {
     pub tls_versions: [Counter; 2],
     /// TLS connections open in this worker (gauge).
     pub tls_active: Counter,
+    /// Connections that spoke HTTP/2.
+    pub h2_connections: Counter,
+    /// HTTP/2 streams answered.
+    pub h2_streams: Counter,
+    /// HTTP/2 connections ended by an error, the client's or the limits'
+    /// (a flood, too many resets): the `GOAWAY`s sent with an error code.
+    pub h2_errors: Counter,
     /// Milliseconds from the server's start to this worker's last
     /// once-a-second turn (`Worker::settle`), plus one (0: it never made
     /// one; a connection thread of the per-request engine never does): the
@@ -304,6 +311,9 @@ pub struct Totals {
     pub tls_failed: u64,
     pub tls_versions: [u64; 2],
     pub tls_active: u64,
+    pub h2_connections: u64,
+    pub h2_streams: u64,
+    pub h2_errors: u64,
     pub offloaded_opens: u64,
     pub offloaded_reads: u64,
 }
@@ -347,6 +357,9 @@ impl Totals {
                 *sum += c.get();
             }
             t.tls_active += w.tls_active.get();
+            t.h2_connections += w.h2_connections.get();
+            t.h2_streams += w.h2_streams.get();
+            t.h2_errors += w.h2_errors.get();
             t.offloaded_opens += w.offloaded_opens.get();
             t.offloaded_reads += w.offloaded_reads.get();
         }

@@ -139,7 +139,7 @@ impl Prepared {
                 config.at("server", "cpus")
             )));
         }
-        let mut tls = tls::Setup::load(&config.tls).map_err(StartError::Config)?;
+        let mut tls = tls::Setup::load(&config.tls, &config.http2).map_err(StartError::Config)?;
         engine::probe(&config.engine())?;
 
         // Each worker gets its own SO_REUSEPORT socket per address; the

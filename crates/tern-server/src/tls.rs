@@ -29,6 +29,7 @@ use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection, Sup
 use serde::Deserialize;
 
 use crate::error_log::{log, Level};
+use crate::http2::{Http2, Protocol};
 use crate::listeners::Listen;
 use crate::metrics::WorkerStats;
 use crate::sys;
@@ -152,6 +153,9 @@ impl Role {
     }
 }
 
+/// HTTP/2's name in ALPN.
+const ALPN_H2: &[u8] = b"h2";
+
 /// The server's TLS configuration, shared by its workers.
 pub struct Setup {
     config: Arc<ServerConfig>,
@@ -167,7 +171,7 @@ impl Setup {
     /// Reads the certificates and keys and builds the rustls configuration;
     /// `None` when no address is served over HTTPS. Errors name the file
     /// and what is wrong with it.
-    pub fn load(tls: &Tls) -> Result<Option<Setup>, String> {
+    pub fn load(tls: &Tls, http2: &Http2) -> Result<Option<Setup>, String> {
         if tls.listen.is_empty() {
             return Ok(None);
         }
@@ -197,9 +201,13 @@ impl Setup {
         // a slower suite than the server would (testssl's "server cipher
         // order").
         config.ignore_client_order = true;
-        // HTTP/1.1 only for now; naming it lets HTTP/2 be added later
-        // without a client seeing a change.
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // HTTP/2 first when it is spoken (a client that offers both gets
+        // it); `http/1.1` named either way.
+        config.alpn_protocols = if http2.speaks(Protocol::H2) {
+            vec![ALPN_H2.to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         config.session_storage = if tls.session_cache == 0 {
             Arc::new(NoServerSessionStorage {})
         } else {
@@ -409,6 +417,13 @@ impl Session {
     /// The host name the client asked for in its hello (SNI), if any.
     pub fn server_name(&self) -> Option<&str> {
         self.conn.server_name()
+    }
+
+    /// Whether the client chose HTTP/2 by ALPN, once the handshake is
+    /// done (the choice is made from its hello, but nothing may be sent
+    /// before the handshake ends).
+    pub fn chose_h2(&self) -> bool {
+        !self.conn.is_handshaking() && self.conn.alpn_protocol() == Some(ALPN_H2)
     }
 
     /// Moves what the socket has through TLS into `rbuf` (as far as its

@@ -16,6 +16,7 @@ use tern_http::date::DateCache;
 
 use crate::access_log::{AccessLog, AccessTarget};
 use crate::htpasswd::AuthCache;
+use crate::http2::Http2;
 use crate::limits::{Limits, Timeouts};
 use crate::metrics::{Ending, ServerStats, WorkerStats};
 use crate::offload::Offload;
@@ -221,6 +222,8 @@ pub struct Settings {
     pub max_connections: usize,
     pub static_files: StaticFiles,
     pub limits: Limits,
+    /// `[http2]`: a session's limits.
+    pub http2: Http2,
     pub timeouts: Timeouts,
     /// `log.access_buffer`: each worker's access-log and service-record
     /// buffer.

@@ -27,6 +27,7 @@ use crate::access_log::{AccessFormat, Log};
 use crate::compress::config::Compression;
 use crate::engine;
 use crate::engine::staged::Staged;
+use crate::http2::Http2;
 use crate::limits::{Limits, Timeouts};
 use crate::site;
 use crate::site::cgi::config::Cgi;
@@ -62,6 +63,7 @@ pub struct Config {
     pub fastcgi: FastCgi,
     pub compression: Compression,
     pub tls: Tls,
+    pub http2: Http2,
     pub staged: Staged,
     /// Upstream groups of HTTP servers, by name, for the locations' `proxy`.
     /// Default: none.
@@ -190,6 +192,7 @@ impl Config {
         }
         [
             ("tls", self.tls.broken_rule()),
+            ("http2", self.http2.broken_rule()),
             ("server", self.server.broken_rule()),
             ("staged", self.staged.broken_rule()),
             ("static", self.static_files.broken_rule()),
@@ -280,6 +283,7 @@ impl Config {
             max_connections: self.server.max_connections,
             static_files: self.static_files.clone(),
             limits: self.limits.clone(),
+            http2: self.http2.clone(),
             timeouts: self.timeouts.clone(),
             access_buffer: self.log.access_buffer.usize(),
             kill_group: self.cgi.kill_group,

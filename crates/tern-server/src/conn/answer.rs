@@ -10,17 +10,21 @@
 use tern_http::request::{parse_head, BodyFraming, Head, Request, Version, MAX_HEADERS};
 use tern_http::Method;
 
+use std::sync::Arc;
+
 use crate::access_log::Entry;
+use crate::body::OutQueue;
 use crate::error_log::{log, Level};
-use crate::reply::Reply;
+use crate::reply::{Dressing, Reply};
 use crate::shared::Shared;
-use crate::site::{Answer, Ends};
+use crate::site::{Answer, Ends, Peers};
 use crate::spool::Spool;
 use crate::tls;
 use crate::worker::Worker;
 
 use super::send::MAX_GATHERED;
 use super::state::{Awaited, Clock, Conn, Phase, Status};
+use super::transport::Transport;
 
 /// An answer as it is counted and logged.
 pub(super) struct Answered<'a> {
@@ -32,6 +36,78 @@ pub(super) struct Answered<'a> {
     pub(super) bytes: u64,
     pub(super) referer: Option<&'a [u8]>,
     pub(super) user_agent: Option<&'a [u8]>,
+}
+
+/// What a request is answered through besides the site: the
+/// connection's ends, the fields every response on it carries (HSTS), and
+/// an address's redirect to HTTPS.
+pub(super) struct Via<'a> {
+    ends: Ends<'a>,
+    fields: &'a [u8],
+    redirect: Option<u16>,
+}
+
+/// The connection's [`Via`], for an HTTP/1.1 request and an HTTP/2
+/// stream alike.
+pub(super) fn via<'a>(peers: &'a Peers, io: &'a Transport, redirect: Option<u16>) -> Via<'a> {
+    let ends = Ends { peers, sock: &io.sock, sni: io.server_name(), https: io.tls.is_some() };
+    Via { ends, fields: io.fields(), redirect }
+}
+
+/// How far a request's exchange came: the site's answer, and what its
+/// reply noted.
+pub(super) struct Exchanged {
+    pub(super) answer: Answer,
+    pub(super) status: u16,
+    pub(super) bytes: u64,
+    pub(super) keep_alive: bool,
+    pub(super) site: Option<u32>,
+    /// The location's dressing, for a backend's head (`None` otherwise).
+    pub(super) dressing: Option<Arc<Dressing>>,
+}
+
+/// The one exchange of every protocol: hands `req` to the site (or
+/// redirects it to HTTPS, or refuses a body larger than allowed), building
+/// its answer into `out` — the connection's queue for HTTP/1.1, a
+/// stream's own for HTTP/2 — with `spool` as its body.
+pub(super) fn exchange(
+    shared: &Shared,
+    w: &mut Worker<'_>,
+    req: &Request<'_>,
+    out: &mut OutQueue,
+    spool: &mut Spool,
+    via: Via<'_>,
+    keep_alive: bool,
+) -> Exchanged {
+    let config = &w.config;
+    let too_large = matches!(req.framing, BodyFraming::Length(n) if n > config.limits.max_body_bytes.0);
+    let head_only = req.method == Method::Head;
+    let http10 = req.version == Version::Http10;
+    let mut reply = Reply::new(out, w.date.http(), &config.server_header, via.fields, head_only, http10, keep_alive);
+    let answer = if too_large {
+        reply.error(413);
+        Answer::Done
+    } else if let Some(port) = via.redirect {
+        let location = tls::https_location(req.host, via.ends.local(), port, req.path, req.query);
+        reply.redirect(308, location.as_bytes());
+        Answer::Done
+    } else {
+        shared.site.respond(req, spool, via.ends, &mut reply, w)
+    };
+    if let Answer::Done = answer {
+        reply.finish();
+    }
+    // Kept only by a backend, which dresses its head later (a shared
+    // count not touched on every request).
+    let dressing = if let Answer::Backend(_) = answer { reply.dressing.cloned() } else { None };
+    Exchanged {
+        answer,
+        status: reply.status,
+        bytes: reply.body_len,
+        keep_alive: reply.keep_alive,
+        site: reply.site,
+        dressing,
+    }
 }
 
 impl Conn {
@@ -70,62 +146,26 @@ impl Conn {
         head: &[u8],
         body_read: bool,
     ) {
-        let config = &w.config;
-        let limits = &config.limits;
+        let limits = &w.config.limits;
         if self.out.buf.capacity() == 0 {
             self.out.adopt(w.pool.take());
         }
         self.requests += 1;
-        let mut keep_alive = req.keep_alive
-            && !w.closing()
-            && (limits.keepalive_requests == 0 || self.requests < limits.keepalive_requests);
         // A body not read by now is not read at all (too large): close
         // after the answer.
-        let unread_body = req.has_body() && !body_read;
-        let too_large = matches!(req.framing, BodyFraming::Length(n) if n > limits.max_body_bytes.0);
-        if unread_body {
-            keep_alive = false;
-        }
-        let mut reply = Reply::new(
-            &mut self.out,
-            w.date.http(),
-            &config.server_header,
-            self.io.fields(),
-            req.method == Method::Head,
-            req.version == Version::Http10,
-            keep_alive,
-        );
-        let answer = if too_large {
-            reply.error(413);
-            Answer::Done
-        } else if let Some(port) = self.redirect {
-            let location = tls::https_location(req.host, self.peers.local(&self.io.sock), port, req.path, req.query);
-            reply.redirect(308, location.as_bytes());
-            Answer::Done
-        } else {
-            let ends = Ends {
-                peers: &self.peers,
-                sock: &self.io.sock,
-                sni: self.io.server_name(),
-                https: self.io.tls.is_some(),
-            };
-            shared.site.respond(req, &mut self.spool, ends, &mut reply, w)
-        };
-        let ticket = match answer {
-            Answer::Backend(job) => {
-                self.keep_alive = reply.keep_alive;
-                let answerer = (reply.dressing.cloned(), reply.site);
-                return self.start_backend(w, req, job, answerer);
-            }
+        let keep_alive = req.keep_alive
+            && !w.closing()
+            && (limits.keepalive_requests == 0 || self.requests < limits.keepalive_requests)
+            && (body_read || !req.has_body());
+        let via = via(&self.peers, &self.io, self.redirect);
+        let done = exchange(shared, w, req, &mut self.out, &mut self.spool, via, keep_alive);
+        self.keep_alive = done.keep_alive;
+        let ticket = match done.answer {
+            Answer::Backend(job) => return self.start_backend(w, req, job, (done.dressing, done.site)),
             Answer::Waiting(ticket) => ticket,
             Answer::Done => {
-                reply.finish();
-                let (status, bytes, keep_alive, site) = (reply.status, reply.body_len, reply.keep_alive, reply.site);
-                self.keep_alive = keep_alive;
                 w.stats.requests.incr();
-                let line = req.request_line.as_bytes();
-                let (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
-                self.log_answer(w, Answered { site, line, status, bytes, referer, user_agent });
+                self.log_exchanged(w, req, &done);
                 return self.after_answer(w);
             }
         };
@@ -135,6 +175,14 @@ impl Conn {
         if let Some(Status::Closed) = self.wait(shared, w, ticket, awaited) {
             self.answer_error(w, 500, req.request_line.as_bytes());
         }
+    }
+
+    /// Logs a request the site answered whole.
+    pub(super) fn log_exchanged(&mut self, w: &mut Worker<'_>, req: &Request<'_>, done: &Exchanged) {
+        let line = req.request_line.as_bytes();
+        let (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
+        let (site, status, bytes) = (done.site, done.status, done.bytes);
+        self.log_answer(w, Answered { site, line, status, bytes, referer, user_agent });
     }
 
     /// Counts an answer's status (for its site too), logs it to its site's

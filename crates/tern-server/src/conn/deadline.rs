@@ -20,7 +20,7 @@ use crate::shared::Shared;
 use crate::worker::Worker;
 
 use super::request::first_line;
-use super::state::{Clock, Conn, Status, Timer};
+use super::state::{Clock, Conn, Phase, Status, Timer};
 
 /// How long an idle connection stays open once the server stops: a
 /// request the client sent before it could see the close still arrives and
@@ -60,6 +60,11 @@ impl Conn {
     pub fn on_tick(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
         if self.timer.clock == Clock::Backend {
             return self.backend_tick(shared, w);
+        }
+        if w.closing() && self.phase == Phase::Session && self.drive(shared, w) == Status::Closed {
+            // An HTTP/2 client is told (`GOAWAY`) before its idle
+            // connection closes under it.
+            return Status::Closed;
         }
         let t = &w.config.timeouts;
         let (base, min_rate) = match self.timer.clock {

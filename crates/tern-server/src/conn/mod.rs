@@ -50,6 +50,7 @@ use crate::worker::{Wait, Worker};
 
 mod answer;
 mod deadline;
+mod h2;
 mod records;
 mod relay;
 mod request;
@@ -57,6 +58,7 @@ mod request_body;
 mod send;
 mod stages;
 mod state;
+mod streams;
 mod transport;
 mod waiting;
 
@@ -94,6 +96,7 @@ impl Conn {
             fresh: true,
             redirect: None,
             waiting: None,
+            h2: None,
         }
     }
 
@@ -332,7 +335,13 @@ impl Conn {
                     Sent::Failed => return Status::Closed,
                 },
                 Phase::Head => {
-                    if self.rpos < self.rbuf.len() {
+                    // HTTP/2 is chosen before the first request.
+                    let opening = self.requests == 0 && self.rpos == 0;
+                    if opening && self.chose_h2(w) {
+                        self.start_session(w);
+                        continue;
+                    }
+                    if self.rpos < self.rbuf.len() && !(opening && self.preface_pending(w)) {
                         match self.parse(shared, w) {
                             Some(true) => continue,
                             Some(false) => {}
@@ -407,6 +416,7 @@ impl Conn {
                         }
                     }
                 }
+                Phase::Session => return self.drive_session(shared, w),
                 Phase::Linger => return self.linger(w),
                 Phase::Wait => return Status::Open,
             }
@@ -469,6 +479,7 @@ impl Conn {
             // The pool finishes the task; nobody waits for it.
             let _ = w.watcher.unwatch(waiting.ticket.fd());
         }
+        self.forget_streams(w);
         w.pool.give(std::mem::take(&mut self.rbuf));
         if let Some(staged) = self.io.take_staged() {
             w.pool.give(staged);

@@ -148,6 +148,13 @@ impl Conn {
         if self.io.peer_closed || !unread {
             return Status::Closed;
         }
+        self.shut_and_linger(w)
+    }
+
+    /// Shuts down output and drains input until the peer closes (or the
+    /// linger clock ends), so what it still sends cannot reset the
+    /// connection before it read what was sent.
+    pub(super) fn shut_and_linger(&mut self, w: &mut Worker<'_>) -> Status {
         self.io.shutdown_write();
         self.body = None;
         self.rpos = 0;

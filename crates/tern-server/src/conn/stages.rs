@@ -46,7 +46,8 @@ impl Conn {
             return Stage::Log;
         }
         match self.phase {
-            Phase::Head | Phase::Body | Phase::Linger => Stage::Read,
+            // An HTTP/2 session reads, answers and sends at once.
+            Phase::Head | Phase::Body | Phase::Linger | Phase::Session => Stage::Read,
             Phase::Send | Phase::Backend => Stage::Send,
             Phase::Wait => current,
         }

@@ -18,6 +18,7 @@ use crate::site::backend::Job;
 use crate::site::Peers;
 use crate::spool::Spool;
 
+use super::h2::Session;
 use super::records::Records;
 use super::request_body::BodyReader;
 use super::transport::Transport;
@@ -48,6 +49,9 @@ pub(super) enum Phase {
     Linger,
     /// Waiting for the I/O pool (a file being opened or read).
     Wait,
+    /// An HTTP/2 session runs its streams (reading, answering and sending
+    /// at once) until the connection ends.
+    Session,
 }
 
 /// The clock a phase runs against (see `limits::Timeouts`).
@@ -147,4 +151,6 @@ pub struct Conn {
     /// On a redirecting address: the HTTPS port to send clients to.
     pub(super) redirect: Option<u16>,
     pub(super) waiting: Option<Box<Waiting>>,
+    /// The HTTP/2 session, once the connection speaks HTTP/2.
+    pub(super) h2: Option<Box<Session>>,
 }

@@ -166,6 +166,7 @@ pub fn serve(
             "sites": sites_json(config, server),
             "upstreams": upstreams_json(groups),
             "stages": settings.staged.then(|| stages_json(server)),
+            "http2": { "connections": t.h2_connections, "streams": t.h2_streams, "errors": t.h2_errors },
             "tls": {
                 "connections": t.tls_active,
                 "handshakes": { "full": t.tls_full, "resumed": t.tls_resumed, "failed": t.tls_failed },
@@ -603,6 +604,9 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
     let methods: Vec<String> = METHODS.iter().map(|m| format!("{{method=\"{}\"}}", m.name())).collect();
     let bodies: Vec<(&str, u64)> = methods.iter().map(String::as_str).zip(t.file_bodies).collect();
     metric("file_bodies_total", "counter", "Responses with a file body, by the I/O method sending it.", &bodies);
+    metric("http2_connections_total", "counter", "Connections that spoke HTTP/2.", &[("", t.h2_connections)]);
+    metric("http2_streams_total", "counter", "HTTP/2 streams answered.", &[("", t.h2_streams)]);
+    metric("http2_errors_total", "counter", "HTTP/2 connections ended by an error.", &[("", t.h2_errors)]);
     metric("tls_connections_active", "gauge", "Open TLS connections.", &[("", t.tls_active)]);
     let kinds =
         [("{kind=\"full\"}", t.tls_full), ("{kind=\"resumed\"}", t.tls_resumed), ("{kind=\"failed\"}", t.tls_failed)];

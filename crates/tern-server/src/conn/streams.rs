@@ -1,0 +1,320 @@
+//! HTTP/2 on a connection (phase `Session`): starting the session, running
+//! it between the transport and the output queue, and answering each
+//! stream's request through the one exchange every request takes
+//! (`answer.rs`).
+//!
+//! A stream's request is rendered as the HTTP/1.1 head it stands for
+//! (RFC 9113 §8.3.1: `:authority` for `Host`, its body's length as
+//! `Content-Length`) and parsed by the same parser, so the same limits,
+//! host rules and site routing apply; the site builds its answer with the
+//! same `Reply` into the stream's own queue, whose head is then taken off
+//! as HTTP/2 fields (without HTTP/1.1's connection fields) and whose body
+//! is framed into `DATA` by the session (`h2.rs`). The handlers never
+//! know the protocol.
+//!
+//! A stream whose file is being opened in the I/O pool waits for it as a
+//! request does (its ticket's signal watched as the connection's second
+//! descriptor), while the others go on. Not yet over HTTP/2: a backend's
+//! answer (CGI, FastCGI, proxy), which is `501`.
+
+use tern_http::request::{parse_head, Head, MAX_HEADERS};
+
+use crate::body::OutQueue;
+use crate::error_log::{log, Level};
+use crate::http2::Protocol;
+use crate::offload::Done;
+use crate::reply::Reply;
+use crate::shared::Shared;
+use crate::site::Answer;
+use crate::sys;
+use crate::worker::Worker;
+
+use super::answer::{exchange, via, Answered};
+use super::h2::{Body, Lent, Session, Stream, PREFACE};
+use super::send::{Sent, MAX_GATHERED};
+use super::state::{Clock, Conn, Phase, Status};
+use super::transport::Fill;
+
+/// Fields of HTTP/1.1's connection, which HTTP/2 forbids (RFC 9113
+/// §8.2.2): a response head's are left out of its HTTP/2 fields.
+const CONNECTION_FIELDS: [&str; 5] = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
+
+/// Most response fields a head may have to be framed.
+const MAX_RESPONSE_FIELDS: usize = 128;
+
+impl Conn {
+    /// Speaks HTTP/2 from now on: ALPN chose it, or a plain connection
+    /// opened with the preface (which the session reads itself).
+    pub(super) fn start_session(&mut self, w: &Worker<'_>) {
+        w.stats.h2_connections.incr();
+        self.h2 = Some(Box::new(Session::new(&w.config.http2)));
+        self.phase = Phase::Session;
+    }
+
+    /// Whether the connection speaks HTTP/2: ALPN chose it, or (on a plain
+    /// address that speaks h2c) its first bytes are the preface.
+    pub(super) fn chose_h2(&self, w: &Worker<'_>) -> bool {
+        let http2 = &w.config.http2;
+        match &self.io.tls {
+            Some(tls) => tls.chose_h2(),
+            None => http2.speaks(Protocol::H2c) && self.rbuf.starts_with(PREFACE),
+        }
+    }
+
+    /// Whether what arrived so far is the start of the preface, on an
+    /// address that speaks h2c: it is not parsed as HTTP/1.1 (its first
+    /// line and an empty one would make a request) until the rest arrives.
+    pub(super) fn preface_pending(&self, w: &Worker<'_>) -> bool {
+        self.io.tls.is_none() && w.config.http2.speaks(Protocol::H2c) && PREFACE.starts_with(&self.rbuf)
+    }
+
+    /// Runs the session until it must wait for its socket, or ends.
+    pub(super) fn drive_session(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
+        let Some(mut session) = self.h2.take() else { return Status::Closed };
+        let status = self.run_session(&mut session, shared, w);
+        self.h2 = Some(session);
+        status
+    }
+
+    fn run_session(&mut self, session: &mut Session, shared: &Shared, w: &mut Worker<'_>) -> Status {
+        let config = w.config;
+        let st = &config.static_files;
+        // A stream's queue copies file regions into frames: no pool.
+        let out = || OutQueue::new(st.read_chunk.usize(), st.sendfile_max_chunk.0, false);
+        let lent = Lent {
+            max_body: config.limits.max_body_bytes.0,
+            body_window: config.limits.body_buffer.usize(),
+            out: &out,
+        };
+        let mut eof = false;
+        loop {
+            if w.closing() {
+                session.go_away();
+            }
+            if self.rpos < self.rbuf.len() {
+                session.feed(&self.rbuf[self.rpos..]);
+                self.rpos = self.rbuf.len();
+            }
+            if self.out.buf.capacity() == 0 {
+                self.out.adopt(w.pool.take());
+            }
+            self.resume_streams(shared, w, session);
+            let failed = loop {
+                let room = MAX_GATHERED.saturating_sub(self.out.queued()) as usize;
+                let run = session.run(&lent, room);
+                session.drain(&mut self.out.buf);
+                self.out.commit_buf();
+                match (run, session.next_ready()) {
+                    (Err(e), _) => break Some(e),
+                    (Ok(()), Some(i)) => self.answer_stream(shared, w, session, i),
+                    (Ok(()), None) => break None,
+                }
+            };
+            if let Some(e) = failed {
+                log!(Level::Debug, "{}: HTTP/2 connection ended: {e}", self.peers.peer);
+                w.stats.h2_errors.incr();
+            }
+            // Idle between streams (`timeouts.keepalive`); while streams
+            // are open, data must move at `timeouts.send_min_rate` either
+            // way — a client that never opens its window is a slow reader.
+            let clock = if session.idle() && self.out.is_empty() { Clock::Idle } else { Clock::Send };
+            if self.timer.clock != clock {
+                self.set_clock(clock, w);
+            }
+            if !self.out.is_empty() {
+                match self.flush(shared, w) {
+                    // More of the streams' bodies may fit now.
+                    Sent::All => {
+                        self.records.write(w);
+                        continue;
+                    }
+                    Sent::Wait => {}
+                    Sent::Failed => return Status::Closed,
+                }
+            }
+            if !self.out.is_empty() && (session.ended() || eof) {
+                return Status::Open;
+            }
+            if eof {
+                return Status::Closed;
+            }
+            if session.ended() {
+                // Its last frames are sent: a frame of the client's
+                // crossing them (after its own `GOAWAY`, say) must not
+                // reset the connection before it read them.
+                self.records.write(w);
+                self.io.close_tls();
+                return self.shut_and_linger(w);
+            }
+            match self.fill(w) {
+                Fill::Got => {}
+                Fill::Wait => {
+                    self.idle_buffers(w);
+                    return Status::Open;
+                }
+                Fill::Eof => {
+                    session.feed_eof();
+                    eof = true;
+                }
+                Fill::Failed => return Status::Closed,
+            }
+        }
+    }
+
+    /// Answers the streams whose files the I/O pool has opened.
+    fn resume_streams(&mut self, shared: &Shared, w: &mut Worker<'_>, session: &mut Session) {
+        let done: Vec<(usize, Done)> = session.opening().filter_map(|(i, t)| Some((i, t.take()?))).collect();
+        for (i, done) in done {
+            if let Some(ticket) = &session.streams[i].opening {
+                let _ = w.watcher.unwatch(ticket.fd());
+            }
+            if session.opened(i) {
+                if let Done::Opened(found) = done {
+                    w.resolved = Some(found);
+                }
+                self.answer_stream(shared, w, session, i);
+            }
+        }
+    }
+
+    /// Stops watching the tickets of streams waiting for the I/O pool (the
+    /// connection ends; the pool finishes their tasks for nobody).
+    pub(super) fn forget_streams(&self, w: &Worker<'_>) {
+        for (_, ticket) in self.h2.iter().flat_map(|s| s.opening()) {
+            let _ = w.watcher.unwatch(ticket.fd());
+        }
+    }
+
+    /// Answers stream `i`'s complete request through the exchange, and
+    /// hands the answer to the session — unless it waits for the I/O pool
+    /// to open its file, when it is answered again with what was opened.
+    fn answer_stream(&mut self, shared: &Shared, w: &mut Worker<'_>, session: &mut Session, i: usize) {
+        let s = &mut session.streams[i];
+        let (head, line) = render(s);
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let parsed = parse_head(&head, &shared.http_limits, &mut fields);
+        let (mut referer, mut user_agent) = (None, None);
+        let (status, bytes, site) = match parsed {
+            Ok(Head::Complete(req)) if s.body != Body::Unstored => {
+                (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
+                loop {
+                    let via = via(&self.peers, &self.io, self.redirect);
+                    let done = exchange(shared, w, &req, &mut s.out, &mut s.spool, via, true);
+                    w.resolved = None;
+                    match done.answer {
+                        Answer::Done => break (done.status, done.bytes, done.site),
+                        Answer::Waiting(ticket) => match w.watcher.watch(self.key, ticket.fd()) {
+                            Ok(()) => {
+                                s.opening = Some(ticket);
+                                return;
+                            }
+                            Err(err) => {
+                                // Cannot be told: wait here instead.
+                                log!(Level::Error, "cannot watch the I/O pool's signal: {err}");
+                                let _ = sys::wait_readable(ticket.fd());
+                                if let Some(Done::Opened(found)) = ticket.take() {
+                                    w.resolved = Some(found);
+                                }
+                            }
+                        },
+                        Answer::Backend(mut job) => {
+                            job.end(w, true);
+                            log!(Level::Info, "{}: a backend's answer is not relayed over HTTP/2", self.peers.peer);
+                            break (stream_error(s, w, self.io.fields(), 501), 0, done.site);
+                        }
+                    }
+                }
+            }
+            Ok(Head::Complete(_)) => (stream_error(s, w, self.io.fields(), 500), 0, None),
+            Ok(Head::Partial { .. }) => (stream_error(s, w, self.io.fields(), 400), 0, None),
+            Err(err) => (stream_error(s, w, self.io.fields(), err.status().unwrap_or(400)), 0, None),
+        };
+        self.records.start(w);
+        self.requests += 1;
+        w.stats.requests.incr();
+        w.stats.h2_streams.incr();
+        let line = line.as_bytes();
+        self.log_answer(w, Answered { site, line, status, bytes, referer, user_agent });
+        match framed_head(&mut s.out) {
+            Some(head) => session.respond(i, head),
+            None => session.reset(i),
+        }
+    }
+}
+
+/// Answers `status` with its error page into stream `s`'s queue
+/// (whatever a handler had begun dropped); returns it.
+fn stream_error(s: &mut Stream, w: &Worker<'_>, fields: &[u8], status: u16) -> u16 {
+    s.out.clear();
+    let head_only = s.head.method == http::Method::HEAD;
+    let mut reply = Reply::new(&mut s.out, w.date.http(), &w.config.server_header, fields, head_only, false, true);
+    reply.error(status);
+    reply.finish();
+    status
+}
+
+/// Stream `s`'s request as the HTTP/1.1 head it stands for, and its
+/// request line as the access log shows it.
+fn render(s: &Stream) -> (Vec<u8>, String) {
+    let h = &s.head;
+    let target = h.uri.path_and_query().map_or("/", |p| p.as_str());
+    let line = format!("{} {target} HTTP/2.0", h.method);
+    let mut head = Vec::with_capacity(256);
+    head.extend_from_slice(format!("{} {target} HTTP/1.1\r\n", h.method).as_bytes());
+    let authority = h.uri.authority();
+    if let Some(a) = authority {
+        field(&mut head, "host", a.as_str().as_bytes());
+    }
+    for (name, value) in &h.headers {
+        let skip = (name == http::header::HOST && authority.is_some())
+            || name == http::header::CONTENT_LENGTH
+            || name == http::header::COOKIE;
+        if !skip {
+            field(&mut head, name.as_str(), value.as_bytes());
+        }
+    }
+    // Cookies may come split into fields; HTTP/1.1 has one (RFC 9113 §8.2.3).
+    let cookies: Vec<&[u8]> = h.headers.get_all(http::header::COOKIE).iter().map(|v| v.as_bytes()).collect();
+    if !cookies.is_empty() {
+        field(&mut head, "cookie", &cookies.join(&b"; "[..]));
+    }
+    // The body's length: what arrived, or what was announced of one too
+    // large to read (so the exchange refuses it).
+    let announced = h.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let length = match s.body {
+        Body::TooLarge => Some(announced.unwrap_or(s.received).max(s.received)),
+        _ if s.received > 0 => Some(s.received),
+        _ => announced.filter(|&n| n == 0),
+    };
+    if let Some(n) = length {
+        field(&mut head, "content-length", itoa::Buffer::new().format(n).as_bytes());
+    }
+    head.extend_from_slice(b"\r\n");
+    (head, line)
+}
+
+fn field(head: &mut Vec<u8>, name: &str, value: &[u8]) {
+    head.extend_from_slice(name.as_bytes());
+    head.extend_from_slice(b": ");
+    head.extend_from_slice(value);
+    head.extend_from_slice(b"\r\n");
+}
+
+/// The head `Reply` wrote at the front of `out`, taken off it as an
+/// HTTP/2 response: its status and fields, but HTTP/1.1's connection
+/// fields. `None` when it is not a head (nothing was answered).
+fn framed_head(out: &mut OutQueue) -> Option<http::Response<()>> {
+    out.commit_buf();
+    let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_FIELDS];
+    let mut parsed = httparse::Response::new(&mut fields);
+    let Ok(httparse::Status::Complete(len)) = parsed.parse(&out.buf) else { return None };
+    let mut head = http::Response::builder().status(parsed.code?);
+    for f in parsed.headers.iter() {
+        if !CONNECTION_FIELDS.iter().any(|c| f.name.eq_ignore_ascii_case(c)) {
+            head = head.header(f.name, f.value);
+        }
+    }
+    let head = head.body(()).ok()?;
+    out.pull(len).ok()?;
+    Some(head)
+}

@@ -1,0 +1,422 @@
+//! HTTP/2 end to end: `h2` over TLS by ALPN and `h2c` by prior knowledge,
+//! with real clients — curl for the exchange (static files byte-exact, a
+//! range, a `304`, a gzip variant, request bodies through the windows,
+//! many streams on one connection), nghttp where curl falls short, and
+//! h2spec for the protocol (installed by `scripts/ensure-go-tools.sh`).
+
+mod common;
+
+use std::io::Read;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::tls::{https_addr, section, Ca};
+use common::{Site, Tern};
+
+/// A site whose `/post` answers any request with a fixed body (it takes a
+/// request body whole), serving `root` otherwise; `sections` go first.
+fn config(root: &Path, protocols: &str, sections: &str) -> String {
+    format!(
+        "{sections}[http2]\nprotocols = [{protocols}]\n[limits]\nmax_body_bytes = \"4MiB\"\n\
+         [[site]]\nname = \"main\"\ndefault = true\nroot = \"{}\"\n\
+         [[site.location]]\nexact = \"/post\"\nrespond = {{ body = \"taken\" }}\n",
+        root.display()
+    )
+}
+
+/// A server of `site` speaking h2c (and h2 over TLS, when `tls` is a
+/// `[tls]` section).
+fn serve(site: &Site, tls: &str) -> Tern {
+    let page = "HTTP/2 test page, a compressible line\n".repeat(500);
+    std::fs::write(site.root.join("page.html"), page).unwrap();
+    Tern::start(&site.root, "auto", &config(&site.root, "\"h2\", \"h2c\"", tls), &[])
+}
+
+/// How curl reaches the server: h2c by prior knowledge, or TLS (trusting
+/// `ca`, `localhost` resolved to the address) with HTTP/2 offered by ALPN.
+enum Via<'a> {
+    H2c(SocketAddr),
+    Tls(SocketAddr, &'a Path),
+}
+
+impl Via<'_> {
+    fn url(&self, path: &str) -> String {
+        match self {
+            Via::H2c(addr) => format!("http://{addr}{path}"),
+            Via::Tls(addr, _) => format!("https://localhost:{}{path}", addr.port()),
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        match self {
+            Via::H2c(_) => vec!["--http2-prior-knowledge".into()],
+            Via::Tls(addr, ca) => vec![
+                "--http2".into(),
+                "--cacert".into(),
+                ca.display().to_string(),
+                "--resolve".into(),
+                format!("localhost:{}:127.0.0.1", addr.port()),
+            ],
+        }
+    }
+
+    /// `curl -sS` with `extra`, the body to `out`, the head to stdout
+    /// followed by `%{http_version}`.
+    fn curl(&self, path: &str, out: &Path, extra: &[&str]) -> (String, Vec<u8>) {
+        let _ = std::fs::remove_file(out);
+        let got = Command::new("curl")
+            .args(["-sS", "--max-time", "30", "-D", "-", "-w", "version=%{http_version}\n", "-o"])
+            .arg(out)
+            .args(self.args())
+            .args(extra)
+            .arg(self.url(path))
+            .output()
+            .expect("curl");
+        assert!(got.status.success(), "curl {path}: {}", String::from_utf8_lossy(&got.stderr));
+        let head = String::from_utf8(got.stdout).unwrap().to_ascii_lowercase();
+        assert!(head.contains("version=2\n"), "{path}: not HTTP/2: {head}");
+        (head, std::fs::read(out).unwrap_or_default())
+    }
+}
+
+impl Via<'_> {
+    /// The URL of `path` for nghttp (which checks no certificate).
+    fn nghttp_url(&self, path: &str) -> String {
+        match self {
+            Via::H2c(addr) => format!("http://{addr}{path}"),
+            Via::Tls(addr, _) => format!("https://{addr}{path}"),
+        }
+    }
+
+    /// The status `nghttp` gets uploading `data` to `path`. Not curl: when
+    /// the answer comes before the whole body (a `413`), the server stops
+    /// the upload as RFC 9113 §8.1 says, with `RST_STREAM` (`NO_ERROR`)
+    /// after it, which curl 7.88 takes for a failure.
+    fn nghttp_status(&self, path: &str, data: &Path) -> u16 {
+        let url = self.nghttp_url(path);
+        let got = Command::new("nghttp").args(["-v", "-t", "30", "-d"]).arg(data).arg(url).output().expect("nghttp");
+        let text = String::from_utf8_lossy(&got.stdout);
+        let status = text.lines().find_map(|l| l.split(":status: ").nth(1));
+        status.and_then(|s| s.trim().parse().ok()).unwrap_or_else(|| panic!("no status from nghttp: {text}"))
+    }
+}
+
+fn status(head: &str) -> u16 {
+    head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+fn field<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':')).map(str::trim)
+}
+
+/// The exchange over one way in: what HTTP/1.1 answers, framed as HTTP/2;
+/// then many streams at once.
+fn check_exchange(site: &Site, via: &Via<'_>) {
+    let out = site.dir.path().join("out");
+    let (head, body) = via.curl("/", &out, &[]);
+    assert_eq!((status(&head), &body[..]), (200, common::INDEX.as_bytes()), "{head}");
+    assert!(field(&head, "connection").is_none(), "HTTP/1.1's connection field over HTTP/2: {head}");
+    assert_eq!(field(&head, "content-length"), Some(&*common::INDEX.len().to_string()));
+
+    let (head, body) = via.curl("/big.bin", &out, &[]);
+    assert_eq!(status(&head), 200);
+    assert!(body == site.big, "big.bin differs: {} bytes of {}", body.len(), site.big.len());
+
+    let (head, body) = via.curl("/big.bin", &out, &["-H", "Range: bytes=1000-1999"]);
+    assert_eq!(status(&head), 206, "{head}");
+    assert_eq!(field(&head, "content-range"), Some(&*format!("bytes 1000-1999/{}", site.big.len())));
+    assert!(body == site.big[1000..2000], "the range's bytes differ");
+
+    let (head, _) = via.curl("/small.txt", &out, &[]);
+    let etag = field(&head, "etag").expect("an etag").to_string();
+    let (head, body) = via.curl("/small.txt", &out, &["-H", &format!("If-None-Match: {etag}")]);
+    assert_eq!((status(&head), body.len()), (304, 0), "{head}");
+
+    let (head, body) = via.curl("/page.html", &out, &["-H", "Accept-Encoding: gzip"]);
+    assert_eq!(field(&head, "content-encoding"), Some("gzip"), "{head}");
+    let mut page = String::new();
+    flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut page).unwrap();
+    assert_eq!(page, std::fs::read_to_string(site.root.join("page.html")).unwrap());
+
+    // HEAD: the head alone (curl fails a body it did not expect).
+    let (head, _) = via.curl("/small.txt", &out, &["-I"]);
+    assert_eq!((status(&head), field(&head, "content-length")), (200, Some("1000")), "{head}");
+
+    // A body larger than both receive windows arrives whole; one larger
+    // than allowed is refused.
+    let upload = site.dir.path().join("upload");
+    std::fs::write(&upload, common::pattern(3 << 20, 5)).unwrap();
+    let data = format!("@{}", upload.display());
+    let (head, body) = via.curl("/post", &out, &["--data-binary", &data]);
+    assert_eq!((status(&head), &body[..]), (200, &b"taken"[..]), "{head}");
+    std::fs::write(&upload, common::pattern(5 << 20, 5)).unwrap();
+    assert_eq!(via.nghttp_status("/post", &upload), 413);
+
+    let (head, _) = via.curl("/missing", &out, &[]);
+    assert_eq!(status(&head), 404, "{head}");
+
+    check_streams(site, via, 20);
+}
+
+/// `n` requests each of `/big.bin` and `/small.txt`, all at once on one
+/// connection (nghttp: curl 7.88 fails its own parallel transfers over
+/// h2c, against any server): every one answered whole.
+fn check_streams(site: &Site, via: &Via<'_>, n: usize) {
+    let got = Command::new("nghttp")
+        .args(["-ns", "-t", "60", "-H", "accept-encoding: identity", "-m", &n.to_string()])
+        .args(["/big.bin", "/small.txt"].map(|p| via.nghttp_url(p)))
+        .output()
+        .expect("nghttp");
+    let text = String::from_utf8_lossy(&got.stdout);
+    assert!(got.status.success(), "nghttp: {text}{}", String::from_utf8_lossy(&got.stderr));
+    // `id responseEnd requestStart process code size path` per request.
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() == 7 && f[0].parse::<u32>().is_ok())
+        .collect();
+    let answered =
+        |path: &str, size: &str| rows.iter().filter(|f| f[4] == "200" && f[6] == path && f[5] == size).count();
+    let small = site.small.len().to_string();
+    assert_eq!((answered("/big.bin", "3M"), answered("/small.txt", &small)), (n, n), "{text}");
+}
+
+fn pki(dir: &Path) -> (PathBuf, String) {
+    let ca = Ca::new("tern h2 test CA");
+    let (cert, key, _) = ca.leaf(dir, "site", &["localhost"]);
+    (ca.write(dir, "test"), section(&cert, &key))
+}
+
+#[test]
+fn h2c_by_prior_knowledge_answers_as_http1_does() {
+    let site = common::site();
+    let tern = serve(&site, "");
+    check_exchange(&site, &Via::H2c(tern.addr));
+}
+
+#[test]
+fn h2_over_tls_by_alpn_answers_as_http1_does() {
+    let site = common::site();
+    let (ca, tls) = pki(site.dir.path());
+    let tern = serve(&site, &tls);
+    check_exchange(&site, &Via::Tls(https_addr(&tern), &ca));
+}
+
+#[test]
+fn http2_is_off_unless_configured_and_http1_is_unchanged_beside_it() {
+    let site = common::site();
+    let (ca, tls) = pki(site.dir.path());
+    let version = |args: &[&str], url: String| {
+        let got = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_version}", "--cacert"])
+            .arg(&ca)
+            .args(args)
+            .arg(&url)
+            .output()
+            .expect("curl");
+        String::from_utf8(got.stdout).unwrap()
+    };
+    let resolve = |addr: SocketAddr| format!("localhost:{}:127.0.0.1", addr.port());
+    for (protocols, h2) in [("", false), ("\"h2\", \"h2c\"", true)] {
+        let tern = Tern::start(&site.root, "auto", &config(&site.root, protocols, &tls), &[]);
+        let https = https_addr(&tern);
+        let tls_url = format!("https://localhost:{}/small.txt", https.port());
+        let plain = tern.url("/small.txt");
+        // ALPN offers h2 only when it is spoken; HTTP/1.1 stays as it was.
+        let offered = version(&["--http2", "--resolve", &resolve(https)], tls_url.clone());
+        assert_eq!(offered, if h2 { "2" } else { "1.1" }, "protocols [{protocols}]");
+        assert_eq!(version(&["--http1.1", "--resolve", &resolve(https)], tls_url), "1.1");
+        assert_eq!(version(&["--http1.1"], plain.clone()), "1.1");
+        let prior = version(&["--http2-prior-knowledge"], plain);
+        assert_eq!(prior == "2", h2, "h2c by prior knowledge with protocols [{protocols}]: {prior:?}");
+    }
+}
+
+/// h2spec, found where `scripts/ensure-go-tools.sh` installs it.
+fn h2spec() -> PathBuf {
+    if let Some(p) = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join("h2spec")).find(|p| p.is_file()))
+    {
+        return p;
+    }
+    let gopath = Command::new("go").args(["env", "GOPATH"]).output().ok();
+    let bin = gopath.map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("bin/h2spec"));
+    bin.filter(|p| p.is_file()).expect("h2spec is installed (scripts/ensure-go-tools.sh)")
+}
+
+/// Runs h2spec against `addr`; returns its failed cases' lines and its
+/// summary.
+fn run_h2spec(addr: SocketAddr, tls: bool) -> (Vec<String>, String) {
+    let mut cmd = Command::new(h2spec());
+    cmd.args(["-h", "127.0.0.1", "-p", &addr.port().to_string(), "-o", "5"]);
+    if tls {
+        cmd.args(["-t", "-k"]);
+    }
+    let got = cmd.output().expect("h2spec");
+    let text = String::from_utf8_lossy(&got.stdout).into_owned();
+    let failures = text.split("Failures:").nth(1).unwrap_or("");
+    let failed = failures.lines().filter(|l| l.trim_start().starts_with('×')).map(|l| l.trim().to_string()).collect();
+    let summary = text.lines().rfind(|l| l.contains("tests,")).unwrap_or("no summary").to_string();
+    (failed, summary)
+}
+
+#[test]
+fn h2spec_passes_every_case() {
+    let site = common::site();
+    let (_ca, tls) = pki(site.dir.path());
+    let tern = serve(&site, &tls);
+    let (failed, summary) = run_h2spec(https_addr(&tern), true);
+    assert!(failed.is_empty() && summary.contains(" 0 failed"), "h2 over TLS: {summary}\n{failed:#?}");
+    // In clear text a preface that is not one cannot be told from an
+    // HTTP/1.1 request, which is answered as one (`400`): h2spec, which
+    // expects the connection closed unanswered, fails that case alone.
+    let (failed, summary) = run_h2spec(tern.addr, false);
+    assert!(
+        failed.iter().all(|f| f.contains("Sends invalid connection preface")) && failed.len() <= 1,
+        "h2c: {summary}\n{failed:#?}"
+    );
+}
+
+/// An HTTP/2 frame: its 9-byte header and `payload`.
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// `GET /` for `localhost`, HPACK-coded (indexed `:method`, `:scheme`,
+/// `:path`; `:authority` literal).
+const GET_ROOT: &[u8] = b"\x82\x86\x84\x41\x09localhost";
+
+/// Opens an h2c connection to `addr`, sends `attack` after the preface and
+/// reads until the server closes (or 10 s pass); returns the `GOAWAY`'s
+/// error code, if one came, and the `HEADERS` frames that came.
+fn attack(addr: SocketAddr, attack: &[u8]) -> (Option<u32>, usize) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(frame(4, 0, 0, b""));
+    out.extend_from_slice(attack);
+    // The server may stop reading (and close) before all of it is sent.
+    let _ = s.write_all(&out);
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let (mut at, mut goaway, mut headers) = (0, None, 0);
+    while at + 9 <= got.len() {
+        let len = u32::from_be_bytes([0, got[at], got[at + 1], got[at + 2]]) as usize;
+        let payload = &got[at + 9..(at + 9 + len).min(got.len())];
+        match got[at + 3] {
+            1 => headers += 1,
+            7 if payload.len() >= 8 => goaway = Some(u32::from_be_bytes(payload[4..8].try_into().unwrap())),
+            _ => {}
+        }
+        at += 9 + len;
+    }
+    (goaway, headers)
+}
+
+/// `ENHANCE_YOUR_CALM`: what the server says to a client it stops.
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+#[test]
+fn floods_end_the_connection_and_others_are_served() {
+    let site = common::site();
+    let tern = serve(&site, "");
+    let out = site.dir.path().join("out");
+    let served = || {
+        let (head, body) = Via::H2c(tern.addr).curl("/small.txt", &out, &[]);
+        assert_eq!((status(&head), body), (200, site.small.clone()));
+    };
+
+    // Rapid reset (CVE-2023-44487): streams opened and cancelled at once,
+    // far more of them than are served.
+    let mut resets = Vec::new();
+    for i in 0..10_000u32 {
+        resets.extend(frame(1, 0x5, 2 * i + 1, GET_ROOT));
+        resets.extend(frame(3, 0, 2 * i + 1, &8u32.to_be_bytes()));
+    }
+    let (goaway, answered) = attack(tern.addr, &resets);
+    assert_eq!(goaway, Some(ENHANCE_YOUR_CALM), "rapid reset");
+    assert!(answered < 1000, "{answered} of 10000 reset streams answered");
+    served();
+
+    // CONTINUATION flood: one header block that never ends.
+    let mut flood = frame(1, 0x1, 1, GET_ROOT);
+    let field = [b"\x00\x03x-a\x64".as_slice(), &[b'v'; 100]].concat().repeat(10);
+    for _ in 0..2000 {
+        flood.extend(frame(9, 0, 1, &field));
+    }
+    assert_eq!(attack(tern.addr, &flood), (Some(ENHANCE_YOUR_CALM), 0), "CONTINUATION flood");
+    served();
+
+    let http2 = &tern.status()["http2"];
+    assert_eq!((&http2["connections"], &http2["errors"]), (&4.into(), &2.into()), "{http2}");
+    assert!(http2["streams"].as_u64() >= Some(2), "{http2}");
+}
+
+#[test]
+fn a_client_that_never_opens_its_window_is_timed_out() {
+    let site = common::site();
+    let config = config(&site.root, "\"h2c\"", "[timeouts]\nsend = \"1s\"\n");
+    let tern = Tern::start(&site.root, "auto", &config, &[]);
+    // Windows of 0 for its streams, then `GET /big.bin`: the answer's head
+    // comes, and nothing of its body can.
+    let mut stall = frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]);
+    stall.extend(frame(1, 0x5, 1, b"\x82\x86\x04\x08/big.bin\x41\x09localhost"));
+    let start = std::time::Instant::now();
+    let (_, headers) = attack(tern.addr, &stall);
+    let waited = start.elapsed();
+    assert_eq!(headers, 1);
+    assert!(waited < std::time::Duration::from_secs(6), "closed after {waited:?}");
+}
+
+#[test]
+fn a_stopping_server_finishes_the_streams_in_flight() {
+    let site = common::site();
+    // Far more than the sockets' buffers hold, at 20 MiB/s: under way
+    // when the server is told to stop.
+    let huge = common::pattern(64 << 20, 3);
+    std::fs::write(site.root.join("huge.bin"), &huge).unwrap();
+    let mut tern = serve(&site, "");
+    let out = site.dir.path().join("out");
+    let download = Command::new("curl")
+        .args(["-sS", "--max-time", "60", "--limit-rate", "20M", "--http2-prior-knowledge", "-o"])
+        .arg(&out)
+        .arg(format!("http://{}/huge.bin", tern.addr))
+        .spawn()
+        .expect("curl");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let exited = tern.terminate(std::time::Duration::from_secs(30));
+    let got = download.wait_with_output().unwrap();
+    assert!(got.status.success(), "the download failed");
+    assert!(std::fs::read(&out).unwrap() == huge, "the download is not whole");
+    assert!(exited.is_some(), "the server did not stop after its last stream");
+}
+
+#[test]
+fn a_stopping_server_says_goaway_to_an_idle_client() {
+    use std::io::Write;
+    let site = common::site();
+    let tern = serve(&site, "");
+    let mut s = std::net::TcpStream::connect(tern.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(4, 0, 0, b""));
+    s.write_all(&hello).unwrap();
+    let mut settings = [0; 9];
+    s.read_exact(&mut settings).unwrap();
+    unsafe { libc::kill(tern.pid(), libc::SIGTERM) };
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    let mut at = u32::from_be_bytes([0, settings[0], settings[1], settings[2]]) as usize;
+    let mut kinds = Vec::new();
+    while at + 9 <= got.len() {
+        kinds.push(got[at + 3]);
+        at += 9 + u32::from_be_bytes([0, got[at], got[at + 1], got[at + 2]]) as usize;
+    }
+    assert!(kinds.contains(&7), "no GOAWAY before the close: frames {kinds:?}");
+}
