@@ -451,11 +451,15 @@ def report(a):
 
     # A zombie is a program that ended and was not reaped yet: one caught
     # between its exit and the next reap is normal, one seen for 3 s is not.
-    zombie_seen = {}
+    # Counted in consecutive samples: over an hour of CGI programs a pid
+    # comes back, and its zombies minutes apart are not one.
+    zombie_run, last_seen = {}, {}
+    max_run = 0
     for s in samples:
         for pid in (s["zombie_pids"] or "").split():
-            zombie_seen[pid] = zombie_seen.get(pid, 0) + 1
-    max_run = max(zombie_seen.values(), default=0)
+            run = zombie_run.get(pid, 0) + 1 if s["time"] - last_seen.get(pid, -10) < 1.5 else 1
+            zombie_run[pid], last_seen[pid] = run, s["time"]
+            max_run = max(max_run, run)
     end_zombies = int(after[-1]["zombies"]) if after else None
     ages = [s["max_tick_age_ms"] for s in samples if s["max_tick_age_ms"] is not None]
     watched = bool(ages)
