@@ -11,7 +11,8 @@
 //!
 //! A reload is a second `Server` in the same process (the CLI starts it on
 //! SIGHUP): it takes over the first one's listening sockets
-//! ([`Server::listeners`]), then the first retires: `Shared::successor`
+//! and the pools of the backends it keeps as they were
+//! ([`Server::inheritance`]), then the first retires: `Shared::successor`
 //! points at the new workers' inboxes (`handover.rs`), each old worker
 //! passes a connection on — socket and unanswered bytes — as soon as no
 //! request is in flight on it, and the old server ends in the background
@@ -38,6 +39,7 @@ use crate::room::Room;
 use crate::service_records::RecordTarget;
 use crate::shared::Shared;
 use crate::site::app::Apps;
+use crate::site::upstream::pool::Inherited;
 use crate::site::Sites;
 use crate::static_io::{StaticFiles, StaticIo};
 use crate::tls::{self, Role};
@@ -67,6 +69,16 @@ pub struct Server {
     handover: Vec<std::net::TcpListener>,
     /// The workers' inboxes, for the server this one replaces.
     doors: Arc<Doors>,
+}
+
+/// What a server replacing this one takes over ([`Server::inheritance`]):
+/// its listening sockets, and its backends' connection pools, which it
+/// shares with its successor while it finishes its last requests
+/// (`site/upstream/pool.rs` says why).
+#[derive(Default)]
+pub struct Inheritance {
+    listeners: Vec<std::net::TcpListener>,
+    pools: Inherited,
 }
 
 /// A server replaced on reload, finishing in the background: it hands its
@@ -215,10 +227,10 @@ impl Prepared {
     /// The sites (document roots, locations, CGI settings) with the
     /// compression threads, and the static I/O choices (an `io_profile`
     /// read).
-    fn site(&self) -> Result<(Sites, StaticIo), StartError> {
+    fn site(&self, pools: Inherited) -> Result<(Sites, StaticIo), StartError> {
         // Dropped on any error, which also ends its threads.
         let compression = Compression::start(&self.config.compression)?;
-        let site = Sites::new(self.config.sites(), compression)?;
+        let site = Sites::new(self.config.sites(), compression, pools)?;
         let io = StaticIo::new(&self.config.static_files, self.config.sending_methods()).map_err(StartError::Config)?;
         Ok((site, io))
     }
@@ -228,7 +240,7 @@ impl Server {
     /// Binds, spawns the workers and returns; [`Server::run_until_signal`]
     /// or [`Server::stop`] ends it.
     pub fn start(config: Config) -> Result<Server, StartError> {
-        Server::start_inheriting(config, Vec::new())
+        Server::start_inheriting(config, Inheritance::default())
     }
 
     /// Tries everything a start would (rules, logs, every address bound and
@@ -241,14 +253,15 @@ impl Server {
         if !s.user.is_empty() {
             privileges::lookup(&s.user, &s.group).map_err(|m| StartError::Config(format!("server.user: {m}")))?;
         }
-        prepared.site()?;
+        prepared.site(Inherited::default())?;
         Ok(prepared.addrs)
     }
 
-    /// Starts a server that takes over `inherited` listening sockets (from
-    /// [`Server::listeners`] of the server it replaces) for the addresses it
-    /// shares with them; sockets for other addresses are closed.
-    pub fn start_inheriting(config: Config, inherited: Vec<std::net::TcpListener>) -> Result<Server, StartError> {
+    /// Starts a server that takes over from the server it replaces (its
+    /// [`Server::inheritance`]) the listening sockets of the addresses it
+    /// shares with it (those of other addresses are closed) and the pools
+    /// of the backends it keeps with the same address and size.
+    pub fn start_inheriting(config: Config, inherited: Inheritance) -> Result<Server, StartError> {
         Server::launch(config, inherited, Apps::default())
     }
 
@@ -256,14 +269,14 @@ impl Server {
     /// prefixes (before CGI, FastCGI and files): how a program built on
     /// tern serves its own pages, e.g. `tern lab serve`.
     pub fn start_with(config: Config, apps: Apps) -> Result<Server, StartError> {
-        Server::launch(config, Vec::new(), apps)
+        Server::launch(config, Inheritance::default(), apps)
     }
 
-    fn launch(config: Config, inherited: Vec<std::net::TcpListener>, apps: Apps) -> Result<Server, StartError> {
+    fn launch(config: Config, inherited: Inheritance, apps: Apps) -> Result<Server, StartError> {
         sys::block_signals(&[libc::SIGCHLD]);
         sys::tune_allocator();
         let signals = signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT, libc::SIGHUP])?;
-        let prepared = Prepared::new(config, inherited)?;
+        let prepared = Prepared::new(config, inherited.listeners)?;
         for socket in prepared.per_worker.iter().flatten() {
             socket.listen(prepared.config.server.backlog)?;
         }
@@ -283,7 +296,7 @@ impl Server {
         let _pinned = sys::Pinned::new(cpus).map_err(|e| {
             StartError::Config(format!("{}: cannot run on CPUs {cpus:?}: {e}", prepared.config.at("server", "cpus")))
         })?;
-        let (mut site, io) = prepared.site()?;
+        let (mut site, io) = prepared.site(inherited.pools)?;
         site.apps = apps;
         let io = Arc::new(io);
         let Prepared { config, access, records, per_worker, addrs, tls } = prepared;
@@ -349,9 +362,11 @@ impl Server {
         &self.shared.io
     }
 
-    /// The listening sockets (duplicated), for a server that takes over.
-    pub fn listeners(&self) -> std::io::Result<Vec<std::net::TcpListener>> {
-        self.handover.iter().map(std::net::TcpListener::try_clone).collect()
+    /// What a server that takes over from this one inherits: the listening
+    /// sockets (duplicated) and the backends' pools.
+    pub fn inheritance(&self) -> std::io::Result<Inheritance> {
+        let listeners = self.handover.iter().map(std::net::TcpListener::try_clone).collect::<Result<_, _>>()?;
+        Ok(Inheritance { listeners, pools: self.shared.site.pools.to_inherit() })
     }
 
     /// The bound addresses (with real ports where port 0 was asked for)
@@ -398,7 +413,7 @@ impl Server {
         let _ = self.shared.successor.set(successor.doors.clone());
         let limit = self.config.server.reload_drain_timeout.0;
         end(&self.shared, &self.wakers, Ending::Reload, (!limit.is_zero()).then_some(limit));
-        self.shared.site.pools.retire();
+        self.shared.site.pools.retire(&successor.shared.site.pools);
         let shared = Arc::downgrade(&self.shared);
         let (strong, workers) = (self.shared, self.workers);
         let pinned = sys::Pinned::new(&self.config.server.cpus);

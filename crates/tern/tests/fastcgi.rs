@@ -671,11 +671,13 @@ fn a_tcp_backend() {
     assert_eq!(v["fastcgi"]["backends"]["zdown"]["502"], 1, "{v}");
 }
 
-/// A reload while the replaced server lingers for a slow download: each of
-/// its idle kept-alive connections holds a php-fpm child (a child serves one
-/// connection at a time), so with the pool as large as php-fpm's children
-/// the new server's PHP requests waited, unanswered, for as long as the old
-/// server lived (found by `bench/soak.sh`). A replaced server closes them.
+/// A reload that resizes the backend's pool while the replaced server
+/// lingers for a slow download: each of the old pool's idle kept-alive
+/// connections holds a php-fpm child (a child serves one connection at a
+/// time), so with the pool as large as php-fpm's children the new server's
+/// PHP requests waited, unanswered, for as long as the old server lived
+/// (found by `bench/soak.sh`). A replaced server closes those of a pool its
+/// successor did not take over.
 #[test]
 fn a_reload_frees_the_php_children_the_replaced_server_kept() {
     let s = setup(2, "", "max_connections = 2\nread_timeout = \"4s\"");
@@ -687,16 +689,52 @@ fn a_reload_frees_the_php_children_the_replaced_server_kept() {
     let mut slow = TcpStream::connect(s.tern.addr).unwrap();
     slow.write_all(b"GET /huge.bin HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    unsafe { libc::kill(s.tern.pid(), libc::SIGHUP) };
-    let start = Instant::now();
-    while !s.tern.stderr.lock().unwrap().contains("configuration reloaded") {
-        assert!(start.elapsed() < Duration::from_secs(10), "no reload");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let config = std::fs::read_to_string(s.tern.config_path()).unwrap();
+    std::fs::write(s.tern.config_path(), config.replace("max_connections = 2", "max_connections = 1")).unwrap();
+    reload(&s.tern);
     for _ in 0..3 {
         let start = Instant::now();
         let r = get(s.tern.addr, "/hello.php", "");
         assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "after {:?}", start.elapsed());
     }
     drop(slow);
+}
+
+/// SIGHUP, and waits until the new server runs.
+fn reload(tern: &Tern) {
+    unsafe { libc::kill(tern.pid(), libc::SIGHUP) };
+    let start = Instant::now();
+    while !tern.stderr.lock().unwrap().contains("configuration reloaded") {
+        assert!(start.elapsed() < Duration::from_secs(10), "no reload");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A request the replaced server still answers (its body was arriving
+/// as the reload came) shares the backend's connections with the new
+/// server: with a pool of its own it opened a connection php-fpm had no
+/// child for — the new server's pool kept them all — and waited in
+/// php-fpm's backlog until `read_timeout` (found by `bench/soak.sh`: PHP
+/// requests sent as a reload came hung to the client's timeout).
+#[test]
+fn a_request_the_replaced_server_answers_shares_the_php_children_with_the_new_one() {
+    let s = setup(2, "", "max_connections = 2\nread_timeout = \"20s\"");
+    let failures = hammer(s.tern.addr, "/hello.php", 4, 200);
+    assert!(failures.is_empty(), "{failures:?}");
+    let mut old = TcpStream::connect(s.tern.addr).unwrap();
+    old.write_all(b"POST /echo.php HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 6\r\n\r\nabc")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    reload(&s.tern);
+    // The new server's requests, kept alive, hold both php-fpm children.
+    let failures = hammer(s.tern.addr, "/hello.php", 2, 20);
+    assert!(failures.is_empty(), "{failures:?}");
+    assert_eq!(s.fpm.connections(), 2, "both children's connections kept alive");
+    let start = Instant::now();
+    old.write_all(b"def").unwrap();
+    old.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let r = parse_responses(&common::read_until_close(&mut old), &[false]);
+    assert!(r.len() == 1 && start.elapsed() < Duration::from_secs(3), "answered {r:?} after {:?}", start.elapsed());
+    assert_eq!((r[0].status, r[0].header("x-length"), r[0].body.as_slice()), (200, Some("6"), &b"abcdef"[..]));
+    assert_eq!(s.fpm.connections(), 2, "still at most the pool's size");
 }

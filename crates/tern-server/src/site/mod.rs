@@ -44,6 +44,7 @@ use hosts::Hosts;
 use internal::Status;
 use location::Build;
 use locations::{Locations, Pattern};
+use upstream::pool::Inherited;
 use vhost::{Common, Site};
 
 pub use request::{Answer, Ends, Peers};
@@ -96,10 +97,11 @@ pub struct Sites {
 
 impl Sites {
     /// Opens every site's directories and files; `compression` is started
-    /// by the server (its background threads). An error names the site,
-    /// its line and what is wrong.
-    pub fn new(plan: Plan<'_>, compression: Compression) -> std::io::Result<Sites> {
-        let mut pools = upstream::pool::Pools::default();
+    /// by the server (its background threads); the pools of backends kept
+    /// as they were are taken over from `inherited` (a reload's). An error
+    /// names the site, its line and what is wrong.
+    pub fn new(plan: Plan<'_>, compression: Compression, inherited: Inherited) -> std::io::Result<Sites> {
+        let mut pools = upstream::pool::Pools::inheriting(inherited);
         let mut groups = Vec::with_capacity(plan.upstreams.len());
         for (name, u) in plan.upstreams {
             groups.push(Arc::new(proxy::group::Group::new(name, u, &mut pools)?));
@@ -137,6 +139,7 @@ impl Sites {
         let listed: Vec<(&str, &[String])> =
             plan.sites.iter().map(|sc| (site_name(sc), sc.keys.hosts.as_slice())).collect();
         let hosts = Hosts::new(&listed, default).map_err(|(i, e)| fail(&plan.sites[i], format!("`hosts`: {e}")))?;
+        pools.settle();
         Ok(Sites {
             hosts,
             sites,

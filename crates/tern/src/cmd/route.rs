@@ -45,7 +45,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Routing needs no compression threads.
     config.compression.background_threads = 0;
     let compression = Compression::start(&config.compression).context("compression")?;
-    let sites = Sites::new(config.sites(), compression).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sites = Sites::new(config.sites(), compression, Default::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let (https, authority, target) = split_url(&args.url)?;
     let mut head = format!("{} {target} HTTP/1.1\r\n", args.method);
     let has_host =

@@ -187,8 +187,8 @@ fn reload(args: &Args, running: Server, retiring: &mut Vec<Retiring>) -> Server 
                 }
             }
         }
-        let sockets = running.listeners().context("cannot hand the listening sockets over")?;
-        Server::start_inheriting(config, sockets).context("cannot start")
+        let inherited = running.inheritance().context("cannot hand the listening sockets over")?;
+        Server::start_inheriting(config, inherited).context("cannot start")
     });
     match started {
         Ok(next) => {

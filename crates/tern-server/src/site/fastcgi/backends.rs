@@ -154,7 +154,7 @@ mod tests {
     fn backend(pattern: &str) -> Backend {
         Backend {
             name: "php".into(),
-            pool: Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), 1, 0).into(),
+            pool: Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), 1).into(),
             extensions: vec!["php".into()],
             prefixes: Vec::new(),
             split: Pattern::parse(pattern).unwrap().0,

@@ -72,9 +72,14 @@ impl Group {
                 }
                 (true, Address::Unix(_)) => None,
             };
+            let (key, cap) = (format!("upstream {name}/{i}"), s.max_connections.0);
+            // TLS sessions verified under a replaced server's settings are
+            // not taken over by a reload.
+            let pool =
+                if tls.is_some() { pools.get_new(key, &s.address, cap) } else { pools.get(key, &s.address, cap) };
             servers.push(Server {
                 address: s.address.clone(),
-                pool: pools.get(format!("upstream {name}/{i}"), &s.address, s.max_connections.0),
+                pool,
                 health: Arc::new(Health::new(c.fail_after.0, c.fail_window.0, c.down_for.0)),
                 tls,
             });

@@ -12,8 +12,8 @@
 //! connections.
 //!
 //! Each place in a pool (a connection open or being opened) has an id,
-//! unique across all backends' pools, which names its connection in a
-//! reactor's epoll set. A connection handed to a request of the same
+//! unique in the process (servers replaced by a reload included), which
+//! names its connection in a reactor's epoll set. A connection handed to a request of the same
 //! reactor, or left idle, stays in that set: the next request of that
 //! reactor takes it over with no system call. One that goes to another
 //! worker's waiting request leaves the set first; an idle one another
@@ -28,6 +28,16 @@
 //! reactor that holds no connection waits at most one more round of the
 //! pool. Measured with 32 clients, 2 workers and 8 php-fpm children: see
 //! `bench/RESULTS.md`.
+//!
+//! A reload's new server takes over the pool of each backend whose
+//! address and size it keeps ([`Pools::inheriting`]): the replaced server,
+//! while it finishes its last requests, and the new one share the
+//! backend's connections, their places and their queue. Two pools would
+//! open up to twice the connections a backend was sized for, and a
+//! php-fpm child serves one connection at a time: a last request of the
+//! replaced server opened a connection no child was left for (the new
+//! pool kept them all), and waited in php-fpm's backlog until its read
+//! timeout.
 
 use std::collections::VecDeque;
 use std::io;
@@ -166,6 +176,9 @@ impl State {
 pub struct Pool {
     address: Address,
     cap: usize,
+    /// Its places' ids, taken from [`PLACES`] and given back when the
+    /// pool goes.
+    places: Box<[usize]>,
     state: Mutex<State>,
     pub stats: Stats,
     /// Requests holding one of its connections or waiting for one (least
@@ -180,22 +193,47 @@ pub struct Snapshot {
     pub waiting: usize,
 }
 
+/// Which place ids are taken, in the whole process: a reactor's table of
+/// links is indexed by them, so they stay small (the lowest free ones are
+/// taken) and no two pools a reactor may use share one.
+static PLACES: Mutex<Vec<bool>> = Mutex::new(Vec::new());
+
+/// The `n` lowest free place ids, taken.
+fn take_places(n: usize) -> Box<[usize]> {
+    let mut taken = PLACES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut ids: Vec<usize> = taken.iter().enumerate().filter(|(_, t)| !**t).map(|(i, _)| i).take(n).collect();
+    let (len, more) = (taken.len(), n - ids.len());
+    ids.extend(len..len + more);
+    taken.resize(len + more, true);
+    for &i in &ids {
+        taken[i] = true;
+    }
+    ids.into()
+}
+
 impl Pool {
-    /// A pool of `cap` places, with ids from `first` on.
     /// Where its backend listens, as configured.
     pub fn address(&self) -> &Address {
         &self.address
     }
 
-    pub fn new(address: Address, cap: usize, first: usize) -> Pool {
-        let free = (first..first + cap).rev().collect();
+    /// A pool of `cap` places.
+    pub fn new(address: Address, cap: usize) -> Pool {
+        let places = take_places(cap);
+        let free = places.iter().rev().copied().collect();
         Pool {
             address,
             cap,
+            places,
             state: Mutex::new(State { free, ..State::default() }),
             stats: Stats::default(),
             in_flight: AtomicUsize::new(0),
         }
+    }
+
+    /// One past its highest place id.
+    fn end(&self) -> usize {
+        self.places.iter().max().map_or(0, |&i| i + 1)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -360,39 +398,88 @@ impl Pool {
     }
 }
 
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let mut taken = PLACES.lock().unwrap_or_else(|e| e.into_inner());
+        for &i in self.places.iter() {
+            taken[i] = false;
+        }
+    }
+}
+
 /// Every pool of a server, by a key its owner chooses: a FastCGI backend
 /// of the top-level `[fastcgi]` has one pool whichever sites inherit it
 /// (`NAME`), a backend a site defines its own (`SITE/NAME`), an upstream
-/// server its own (`upstream NAME/N`). Their places' ids run on from one
-/// pool to the next.
+/// server its own (`upstream NAME/N`).
 #[derive(Default)]
 pub struct Pools {
     /// `NAME` for a top-level backend, `SITE/NAME` for a site's own.
     pools: Vec<(String, Arc<Pool>)>,
-    /// How many places all pools have: their ids are below.
+    /// The pools of the server this one replaces, while it is built.
+    inherited: Vec<(String, Arc<Pool>)>,
+    /// One past the highest place id of its pools: the size of a
+    /// reactor's table of links.
     pub links: usize,
 }
 
+/// A server's pools, as a server replacing it may take them over.
+#[derive(Default)]
+pub struct Inherited(Vec<(String, Arc<Pool>)>);
+
 impl Pools {
+    /// No pool yet; the pool of a key in `inherited` is taken over when it
+    /// is asked for with the same address and size.
+    pub fn inheriting(inherited: Inherited) -> Pools {
+        Pools { inherited: inherited.0, ..Pools::default() }
+    }
+
+    /// Its pools, for the server that replaces this one.
+    pub fn to_inherit(&self) -> Inherited {
+        Inherited(self.pools.clone())
+    }
+
+    /// Lets go of the inherited pools not taken over (the server is built).
+    pub fn settle(&mut self) {
+        self.inherited = Vec::new();
+    }
+
     /// Each pool once, with its backend's name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Pool)> {
         self.pools.iter().map(|(name, pool)| (name.as_str(), &**pool))
     }
 
-    /// The server was replaced: see [`Pool::retire`].
-    pub fn retire(&self) {
+    /// The server was replaced by one with pools `successor`: each pool it
+    /// did not take over retires (see [`Pool::retire`]).
+    pub fn retire(&self, successor: &Pools) {
         for (_, pool) in &self.pools {
-            pool.retire();
+            if !successor.pools.iter().any(|(_, p)| Arc::ptr_eq(p, pool)) {
+                pool.retire();
+            }
         }
     }
 
-    /// The pool of `key`, made with `cap` places the first time.
+    /// The pool of `key`, made with `cap` places the first time — or taken
+    /// over from the replaced server, when its pool of `key` has the same
+    /// address and size.
     pub fn get(&mut self, key: String, address: &Address, cap: usize) -> Arc<Pool> {
+        let kept = self.inherited.iter().find(|(k, p)| *k == key && p.address == *address && p.cap == cap);
+        let kept = kept.map(|(_, p)| p.clone());
+        self.made(key, kept, address, cap)
+    }
+
+    /// As [`Pools::get`], never taken over: for connections whose state
+    /// came from settings beyond the address (an upstream's TLS sessions,
+    /// verified under its old certificate settings).
+    pub fn get_new(&mut self, key: String, address: &Address, cap: usize) -> Arc<Pool> {
+        self.made(key, None, address, cap)
+    }
+
+    fn made(&mut self, key: String, kept: Option<Arc<Pool>>, address: &Address, cap: usize) -> Arc<Pool> {
         if let Some((_, pool)) = self.pools.iter().find(|(k, _)| *k == key) {
             return pool.clone();
         }
-        let pool = Arc::new(Pool::new(address.clone(), cap, self.links));
-        self.links += cap;
+        let pool = kept.unwrap_or_else(|| Arc::new(Pool::new(address.clone(), cap)));
+        self.links = self.links.max(pool.end());
         self.pools.push((key, pool.clone()));
         pool
     }
@@ -433,7 +520,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     fn pool(cap: usize) -> Pool {
-        Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), cap, 0)
+        Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), cap)
     }
 
     fn link(home: Option<&Arc<Doorbell>>) -> Link {
@@ -454,11 +541,10 @@ mod tests {
 
     #[test]
     fn never_past_the_cap_and_first_come_first_served() {
-        // The second backend's pool: its places are 3 and 4.
-        let p = Pool::new(Address::Unix("/nonexistent/tern-test.sock".into()), 2, 3);
+        let p = pool(2);
         let Checkout::Connect(a) = p.checkout(None).unwrap() else { panic!("a place") };
         let Checkout::Connect(b) = p.checkout(None).unwrap() else { panic!("a place") };
-        assert_eq!((a, b), (3, 4));
+        assert!(a < b && p.places.contains(&a) && p.places.contains(&b));
         let Checkout::Wait(first) = p.checkout(None).unwrap() else { panic!("a third request must wait") };
         let Checkout::Wait(second) = p.checkout(None).unwrap() else { panic!("a fourth request must wait") };
         assert_eq!(p.snapshot().waiting, 2);
@@ -467,12 +553,12 @@ mod tests {
         // A kept-alive connection goes to the first waiter, woken.
         p.put_back(Link { id: a, ..link(None) });
         assert!(readable(first.fd().unwrap()));
-        assert!(matches!(first.take(), Some(Grant::Idle(Link { id: 3, .. }))));
+        assert!(matches!(first.take(), Some(Grant::Idle(Link { id, .. })) if id == a));
         assert!(!readable(second.fd().unwrap()));
         // A closed one leaves its place to the next; the count stays at 2.
         p.release(b);
         assert!(readable(second.fd().unwrap()));
-        assert!(matches!(second.take(), Some(Grant::Permit(4))));
+        assert!(matches!(second.take(), Some(Grant::Permit(id)) if id == b));
         assert_eq!(p.snapshot().open, 2);
         p.release(a);
         p.release(b);
@@ -484,18 +570,53 @@ mod tests {
                 _ => panic!("a free place"),
             })
             .collect();
-        assert_eq!(ids, [4, 3]);
+        assert_eq!(ids, [b, a]);
+    }
+
+    #[test]
+    fn a_reload_takes_over_the_pools_it_keeps_as_they_were_and_retires_the_others() {
+        let unix = |p: &str| Address::Unix(p.into());
+        let mut old = Pools::default();
+        let kept = old.get("php".into(), &unix("/run/php.sock"), 2);
+        let resized = old.get("other".into(), &unix("/run/other.sock"), 2);
+        let moved = old.get("third".into(), &unix("/run/third.sock"), 1);
+        let over_tls = old.get_new("upstream app/0".into(), &unix("/run/app.sock"), 1);
+        let mut new = Pools::inheriting(old.to_inherit());
+        assert!(Arc::ptr_eq(&new.get("php".into(), &unix("/run/php.sock"), 2), &kept));
+        let bigger = new.get("other".into(), &unix("/run/other.sock"), 3);
+        let elsewhere = new.get("third".into(), &unix("/run/moved.sock"), 1);
+        let tls = new.get_new("upstream app/0".into(), &unix("/run/app.sock"), 1);
+        new.settle();
+        for fresh in [&bigger, &elsewhere, &tls] {
+            assert!(!Arc::ptr_eq(fresh, &resized) && !Arc::ptr_eq(fresh, &moved) && !Arc::ptr_eq(fresh, &over_tls));
+            // A place id names one pool's connection in every reactor's
+            // set, the replaced server's too: no id is shared.
+            assert!(fresh
+                .places
+                .iter()
+                .all(|i| ![&kept, &resized, &moved, &over_tls].iter().any(|p| p.places.contains(i))));
+        }
+        assert!(new.links >= 7 && new.iter().all(|(_, p)| p.places.iter().all(|&i| i < new.links)));
+        // The replaced server retires what it kept alone: its idle
+        // connections close, the shared pool keeps its own.
+        for p in [&kept, &resized] {
+            let Checkout::Connect(id) = p.checkout(None).unwrap() else { panic!("a place") };
+            assert!(p.give_back(Link { id, ..link(None) }).is_none());
+        }
+        old.retire(&new);
+        assert_eq!((kept.snapshot().idle, resized.snapshot().idle), (1, 0));
     }
 
     #[test]
     fn a_cancelled_wait_passes_its_grant_on() {
         let p = pool(1);
-        assert!(matches!(p.checkout(None).unwrap(), Checkout::Connect(0)));
+        let Checkout::Connect(id) = p.checkout(None).unwrap() else { panic!("a place") };
+        assert_eq!(id, p.places[0]);
         let Checkout::Wait(gone) = p.checkout(None).unwrap() else { panic!() };
         let Checkout::Wait(next) = p.checkout(None).unwrap() else { panic!() };
-        p.release(0); // to `gone`, which gives up without using it
+        p.release(id); // to `gone`, which gives up without using it
         p.cancel(&gone);
-        assert!(matches!(next.take(), Some(Grant::Permit(0))));
+        assert!(matches!(next.take(), Some(Grant::Permit(i)) if i == id));
         p.cancel(&next); // nothing to pass on
         assert_eq!(p.snapshot().waiting, 0);
         assert_eq!(p.snapshot().open, 1);
@@ -513,7 +634,7 @@ mod tests {
     fn a_reactor_waits_on_its_doorbell_and_keeps_what_it_watches() {
         let p = pool(1);
         let ((here, _), (there, _)) = (bell(), bell());
-        assert!(matches!(p.checkout(Some(&here)).unwrap(), Checkout::Connect(_)));
+        let Checkout::Connect(id) = p.checkout(Some(&here)).unwrap() else { panic!("a place") };
         let Checkout::Wait(first) = p.checkout(Some(&here)).unwrap() else { panic!() };
         let Checkout::Wait(second) = p.checkout(Some(&there)).unwrap() else { panic!() };
         assert!(first.fd().is_none(), "no descriptor per wait on a reactor");
@@ -537,7 +658,7 @@ mod tests {
         // A grant before the connection claimed its ticket rings nobody;
         // the claim says it came.
         let Checkout::Wait(late) = p.checkout(Some(&here)).unwrap() else { panic!() };
-        p.release(0);
+        p.release(id);
         assert!(rung(&here).is_empty());
         assert!(late.ring_for(3));
         // A waiter that gives up on a connection still watched closes it:
@@ -548,7 +669,7 @@ mod tests {
         assert!(p.give_back(link(Some(&here))).is_none());
         p.cancel(&gone);
         assert_eq!(rung(&here), [4, 5]);
-        assert!(matches!(next.take(), Some(Grant::Permit(0))));
+        assert!(matches!(next.take(), Some(Grant::Permit(i)) if i == id));
     }
 
     #[test]
