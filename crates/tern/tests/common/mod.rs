@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 pub mod chromium;
+pub mod h2;
 pub mod lab;
 pub mod tls;
 pub mod upstream;
