@@ -26,6 +26,8 @@ use std::os::fd::AsRawFd;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
+use crate::http2::Protocol;
+
 /// One `server.listen` (or `tls.listen`, `tls.redirect`) entry: the
 /// addresses it names, all on one port (with port 0 the first address
 /// picks it and the others follow). Written as operators type it for
@@ -35,15 +37,24 @@ use serde::Deserialize;
 /// `"8080"`, `":8080"` or `"*:8080"` every IPv4 *and* IPv6 address
 /// (reachable from other machines). Other host names are refused: what a
 /// server listens on must not depend on DNS.
+///
+/// An entry may also be a table that says which forms of HTTP/2 its
+/// addresses speak, in place of `http2.protocols` (HTTP/1.1 is always
+/// spoken): `{ address = "127.0.0.1:8081", protocols = ["h2c"] }` on
+/// `server.listen`, `{ address = "[::]:443", protocols = [] }` on
+/// `tls.listen` for HTTPS without HTTP/2.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listen {
     pub addrs: Vec<SocketAddr>,
+    /// The forms of HTTP/2 its addresses speak, when the entry says
+    /// (otherwise `http2.protocols`).
+    pub protocols: Option<Vec<Protocol>>,
 }
 
 impl Listen {
     /// One address.
     pub fn addr(addr: SocketAddr) -> Listen {
-        Listen { addrs: vec![addr] }
+        Listen { addrs: vec![addr], protocols: None }
     }
 }
 
@@ -53,6 +64,7 @@ impl std::str::FromStr for Listen {
     fn from_str(s: &str) -> Result<Listen, String> {
         let both = |v4: std::net::Ipv4Addr, v6: std::net::Ipv6Addr, port: u16| Listen {
             addrs: vec![SocketAddr::from((v4, port)), SocketAddr::from((v6, port))],
+            protocols: None,
         };
         let wrong = || {
             format!("`{s}` is not a listen address (PORT, :PORT, IP:PORT, [IPv6]:PORT or localhost:PORT; a port is 0-65535)")
@@ -75,16 +87,54 @@ impl std::str::FromStr for Listen {
 
 impl<'de> Deserialize<'de> for Listen {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?.parse().map_err(de::Error::custom)
+        d.deserialize_any(ListenVisitor)
     }
 }
 
-use socket2::{Domain, Protocol, Socket, Type};
+/// A string, or a table of `address` and `protocols`: each refused with
+/// what is wrong, where an untagged enum would say only that neither fits.
+struct ListenVisitor;
+
+impl<'de> de::Visitor<'de> for ListenVisitor {
+    type Value = Listen;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an address (\"127.0.0.1:8080\") or { address = \"...\", protocols = [...] }")
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Listen, E> {
+        s.parse().map_err(E::custom)
+    }
+
+    fn visit_map<M: de::MapAccess<'de>>(self, mut map: M) -> Result<Listen, M::Error> {
+        let (mut address, mut protocols) = (None::<String>, None);
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "address" => address = Some(map.next_value()?),
+                "protocols" => protocols = Some(map.next_value()?),
+                other => return Err(de::Error::unknown_field(other, &["address", "protocols"])),
+            }
+        }
+        let address = address.ok_or_else(|| de::Error::missing_field("address"))?;
+        let listen: Listen = address.parse().map_err(de::Error::custom)?;
+        Ok(Listen { protocols, ..listen })
+    }
+}
+
+use socket2::{Domain, Socket, Type};
+
+/// Whether a socket bound to `bound` accepts connections to `local` (the
+/// same address, or a wildcard of its family on its port).
+pub fn covers(bound: SocketAddr, local: SocketAddr) -> bool {
+    bound.port() == local.port()
+        && (bound.ip() == local.ip() || (bound.ip().is_unspecified() && bound.is_ipv4() == local.is_ipv4()))
+}
 
 /// A non-blocking `SO_REUSEPORT` socket bound to `addr`, not yet
 /// listening.
 pub fn bind(addr: SocketAddr) -> io::Result<Socket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
+    let socket =
+        Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking().cloexec(), Some(socket2::Protocol::TCP))?;
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     if addr.is_ipv6() {

@@ -31,6 +31,7 @@ use crate::config::Config;
 use crate::engine;
 use crate::error_log::{log, Level};
 use crate::handover::Doors;
+use crate::http2::Spoken;
 use crate::limits::Limits;
 use crate::metrics::{Ending, ServerStats};
 use crate::offload::Offload;
@@ -118,6 +119,8 @@ struct Prepared {
     addrs: Vec<(SocketAddr, Role)>,
     /// Certificates read, when some address serves HTTPS.
     tls: Option<tls::Setup>,
+    /// Which forms of HTTP/2 each address speaks.
+    http2: Spoken,
 }
 
 impl Prepared {
@@ -151,7 +154,7 @@ impl Prepared {
                 config.at("server", "cpus")
             )));
         }
-        let mut tls = tls::Setup::load(&config.tls, &config.http2).map_err(StartError::Config)?;
+        let mut tls = tls::Setup::load(&config.tls).map_err(StartError::Config)?;
         engine::probe(&config.engine())?;
 
         // Each worker gets its own SO_REUSEPORT socket per address; the
@@ -160,6 +163,7 @@ impl Prepared {
         // no connection waits in the queue of a socket about to close.
         let mut per_worker: Vec<Vec<socket2::Socket>> = (0..workers).map(|_| Vec::new()).collect();
         let mut addrs = Vec::new();
+        let mut spoken = Vec::new();
         let mut inherited = inherited;
         let roles = [
             (Role::Http, &config.server.listen),
@@ -193,6 +197,7 @@ impl Prepared {
                 }
                 port = addr.port();
                 addrs.push((addr, role));
+                spoken.push((addr, listen.protocols.clone()));
             }
         }
         if let Some(tls) = tls.as_mut() {
@@ -206,7 +211,8 @@ impl Prepared {
             sys::limit_unsent(s.as_fd(), config.limits.unsent_bytes.0)?;
             sys::defer_accept(s.as_fd(), config.server.defer_accept.0)?;
         }
-        let prepared = Prepared { config, access, records, per_worker, addrs, tls };
+        let http2 = Spoken::new(&config.http2.protocols, spoken);
+        let prepared = Prepared { config, access, records, per_worker, addrs, tls, http2 };
         prepared.refuse_taken()?;
         Ok(prepared)
     }
@@ -299,7 +305,7 @@ impl Server {
         let (mut site, io) = prepared.site(inherited.pools)?;
         site.apps = apps;
         let io = Arc::new(io);
-        let Prepared { config, access, records, per_worker, addrs, tls } = prepared;
+        let Prepared { config, access, records, per_worker, addrs, tls, http2 } = prepared;
         if crate::privileges::is_root()
             && !config.cgi.allow_root
             && config.server.user.is_empty()
@@ -341,6 +347,7 @@ impl Server {
             offload,
             per_ip,
             tls,
+            http2,
             room: Room::new(workers),
             successor: std::sync::OnceLock::new(),
         });

@@ -41,6 +41,8 @@ pub struct Shared {
     /// Certificates and session state when some address serves HTTPS
     /// (or redirects to it).
     pub tls: Option<tls::Setup>,
+    /// Which forms of HTTP/2 each listening address speaks.
+    pub http2: crate::http2::Spoken,
     /// Idle connections per worker, so one at the connection cap can ask
     /// another to make room.
     pub room: Room,

@@ -29,8 +29,7 @@ use rustls::{HandshakeKind, ProtocolVersion, ServerConfig, ServerConnection, Sup
 use serde::Deserialize;
 
 use crate::error_log::{log, Level};
-use crate::http2::{Http2, Protocol};
-use crate::listeners::Listen;
+use crate::listeners::{covers, Listen};
 use crate::metrics::WorkerStats;
 use crate::sys;
 use crate::values::first_broken;
@@ -39,8 +38,10 @@ use crate::values::first_broken;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Tls {
-    /// Addresses served over HTTPS, in the forms of `server.listen`.
-    /// Default `[]`.
+    /// Addresses served over HTTPS, in the forms of `server.listen`; a
+    /// table entry says whether its addresses offer h2, in place of
+    /// `http2.protocols`: `{ address = "[::]:443", protocols = [] }` for
+    /// HTTPS without HTTP/2 there. Default `[]`.
     pub listen: Vec<Listen>,
     /// Certificate chains with their keys (PEM files, relative to the
     /// config file's directory), e.g. `[{ cert = "a.pem", key = "a.key",
@@ -158,7 +159,10 @@ const ALPN_H2: &[u8] = b"h2";
 
 /// The server's TLS configuration, shared by its workers.
 pub struct Setup {
+    /// Offering `h2` before `http/1.1` by ALPN.
     config: Arc<ServerConfig>,
+    /// Offering `http/1.1` alone, for an address that does not speak h2.
+    http1: Arc<ServerConfig>,
     /// Bound addresses that are not plain HTTP.
     roles: Vec<(SocketAddr, Role)>,
     /// `Strict-Transport-Security: …\r\n`, or empty.
@@ -171,7 +175,7 @@ impl Setup {
     /// Reads the certificates and keys and builds the rustls configuration;
     /// `None` when no address is served over HTTPS. Errors name the file
     /// and what is wrong with it.
-    pub fn load(tls: &Tls, http2: &Http2) -> Result<Option<Setup>, String> {
+    pub fn load(tls: &Tls) -> Result<Option<Setup>, String> {
         if tls.listen.is_empty() {
             return Ok(None);
         }
@@ -201,13 +205,6 @@ impl Setup {
         // a slower suite than the server would (testssl's "server cipher
         // order").
         config.ignore_client_order = true;
-        // HTTP/2 first when it is spoken (a client that offers both gets
-        // it); `http/1.1` named either way.
-        config.alpn_protocols = if http2.speaks(Protocol::H2) {
-            vec![ALPN_H2.to_vec(), b"http/1.1".to_vec()]
-        } else {
-            vec![b"http/1.1".to_vec()]
-        };
         config.session_storage = if tls.session_cache == 0 {
             Arc::new(NoServerSessionStorage {})
         } else {
@@ -224,7 +221,14 @@ impl Setup {
         } else {
             Arc::from(format!("Strict-Transport-Security: {}\r\n", tls.hsts).into_bytes())
         };
-        Ok(Some(Setup { config: Arc::new(config), roles: Vec::new(), hsts, https_port: 443 }))
+        // HTTP/2 first where it is spoken (a client that offers both gets
+        // it); `http/1.1` named either way. Sessions and tickets are
+        // shared by both.
+        let mut http1 = config.clone();
+        http1.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![ALPN_H2.to_vec(), b"http/1.1".to_vec()];
+        let (config, http1) = (Arc::new(config), Arc::new(http1));
+        Ok(Some(Setup { config, http1, roles: Vec::new(), hsts, https_port: 443 }))
     }
 
     /// Records the bound addresses (ports chosen by the kernel included).
@@ -237,11 +241,7 @@ impl Setup {
 
     /// What a connection accepted on `local` is for.
     pub fn role(&self, local: SocketAddr) -> Role {
-        let covers = |l: &SocketAddr| {
-            l.port() == local.port()
-                && (l.ip() == local.ip() || (l.ip().is_unspecified() && l.is_ipv4() == local.is_ipv4()))
-        };
-        self.roles.iter().find(|(l, _)| covers(l)).map_or(Role::Http, |(_, r)| *r)
+        self.roles.iter().find(|(l, _)| covers(*l, local)).map_or(Role::Http, |(_, r)| *r)
     }
 
     pub fn https_port(&self) -> u16 {
@@ -249,8 +249,9 @@ impl Setup {
     }
 
     /// A session for a new connection.
-    pub fn session(&self, stats: &WorkerStats) -> Option<Box<Session>> {
-        match ServerConnection::new(self.config.clone()) {
+    pub fn session(&self, stats: &WorkerStats, h2: bool) -> Option<Box<Session>> {
+        let config = if h2 { &self.config } else { &self.http1 };
+        match ServerConnection::new(config.clone()) {
             Ok(mut conn) => {
                 // `write_plain` bounds what is encrypted at once; a limit
                 // here would cut records short of `FULL_RECORD`.

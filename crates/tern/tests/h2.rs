@@ -207,17 +207,7 @@ fn h2_over_tls_by_alpn_answers_as_http1_does() {
 fn http2_is_off_unless_configured_and_http1_is_unchanged_beside_it() {
     let site = common::site();
     let (ca, tls) = pki(site.dir.path());
-    let version = |args: &[&str], url: String| {
-        let got = Command::new("curl")
-            .args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_version}", "--cacert"])
-            .arg(&ca)
-            .args(args)
-            .arg(&url)
-            .output()
-            .expect("curl");
-        String::from_utf8(got.stdout).unwrap()
-    };
-    let resolve = |addr: SocketAddr| format!("localhost:{}:127.0.0.1", addr.port());
+    let version = |args: &[&str], url: String| http_version(&ca, args, &url);
     for (protocols, h2) in [("", false), ("\"h2\", \"h2c\"", true)] {
         let tern = Tern::start(&site.root, "auto", &config(&site.root, protocols, &tls), &[]);
         let https = https_addr(&tern);
@@ -230,6 +220,56 @@ fn http2_is_off_unless_configured_and_http1_is_unchanged_beside_it() {
         assert_eq!(version(&["--http1.1"], plain.clone()), "1.1");
         let prior = version(&["--http2-prior-knowledge"], plain);
         assert_eq!(prior == "2", h2, "h2c by prior knowledge with protocols [{protocols}]: {prior:?}");
+    }
+}
+
+/// The HTTP version curl spoke to `url` (trusting `ca`): `2`, `1.1`, or
+/// empty when it failed.
+fn http_version(ca: &Path, args: &[&str], url: &str) -> String {
+    let got = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_version}", "--cacert"])
+        .arg(ca)
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl");
+    String::from_utf8(got.stdout).unwrap()
+}
+
+/// `localhost` resolved to `addr`, for curl.
+fn resolve(addr: SocketAddr) -> String {
+    format!("localhost:{}:{}", addr.port(), addr.ip())
+}
+
+/// An address's own `protocols` take the place of `http2.protocols`: h2
+/// everywhere but an HTTPS address that says `[]`, h2c only on the plain
+/// address that says so.
+#[test]
+fn each_address_may_speak_its_own_http2() {
+    let site = common::site();
+    let (ca, tls) = pki(site.dir.path());
+    let tls = tls.replace(
+        "listen = [\"127.0.0.1:0\"]",
+        "listen = [\"127.0.0.1:0\", { address = \"127.0.0.2:0\", protocols = [] }]",
+    );
+    let listen = "[log]\naccess = \"off\"\n[server]\nworkers = 2\n\
+                  listen = [\"127.0.0.1:0\", { address = \"127.0.0.2:0\", protocols = [\"h2c\"] }]\n";
+    let file = site.dir.path().join("addresses.toml");
+    std::fs::write(&file, config(&site.root, "\"h2\"", &format!("{listen}{tls}"))).unwrap();
+    let mut cmd = Command::new(common::tern_bin());
+    cmd.args(["serve", "--config"]).arg(&file);
+    let tern = Tern::spawn(cmd);
+    let at = |scheme, ip| common::tls::listening(&tern, scheme, ip);
+    let tls_url = |addr: SocketAddr| format!("https://localhost:{}/small.txt", addr.port());
+    for (ip, h2) in [("127.0.0.1", "2"), ("127.0.0.2", "1.1")] {
+        let https = at("https", ip);
+        assert_eq!(http_version(&ca, &["--http2", "--resolve", &resolve(https)], &tls_url(https)), h2, "{https}");
+    }
+    for (ip, h2c) in [("127.0.0.1", false), ("127.0.0.2", true)] {
+        let plain = format!("http://{}/small.txt", at("http", ip));
+        let prior = http_version(&ca, &["--http2-prior-knowledge"], &plain);
+        assert_eq!(prior == "2", h2c, "h2c by prior knowledge on {plain}: {prior:?}");
+        assert_eq!(http_version(&ca, &["--http1.1"], &plain), "1.1");
     }
 }
 

@@ -27,7 +27,7 @@ use crate::access_log::{AccessFormat, Log};
 use crate::compress::config::Compression;
 use crate::engine;
 use crate::engine::staged::Staged;
-use crate::http2::Http2;
+use crate::http2::{Http2, Protocol};
 use crate::limits::{Limits, Timeouts};
 use crate::site;
 use crate::site::cgi::config::Cgi;
@@ -180,6 +180,22 @@ impl Config {
         if self.server.listen.is_empty() && self.tls.listen.is_empty() {
             return Some(("server", "listen", "at least one address is needed (here or in tls.listen)"));
         }
+        let speaks_other = |entries: &[Listen], allowed: Option<Protocol>| {
+            entries.iter().flat_map(|e| e.protocols.iter().flatten()).any(|p| Some(*p) != allowed)
+        };
+        if speaks_other(&self.server.listen, Some(Protocol::H2c)) {
+            return Some(("server", "listen", "a plain address speaks \"h2c\" at most (h2 is over TLS: tls.listen)"));
+        }
+        if speaks_other(&self.tls.listen, Some(Protocol::H2)) {
+            return Some((
+                "tls",
+                "listen",
+                "an HTTPS address speaks \"h2\" at most (h2c is clear text: server.listen)",
+            ));
+        }
+        if speaks_other(&self.tls.redirect, None) {
+            return Some(("tls", "redirect", "a redirecting address answers 308 to everything: no protocols"));
+        }
         let uring = IoChoice::Fixed(IoMethod::Uring);
         if self.server.model != Model::Uring {
             let needs = "\"uring\" reads through the engine's ring: it needs server.model = \"uring\"";
@@ -310,6 +326,36 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, String> {
         Config::parse(text, Path::new("/etc/tern/tern.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_address_may_say_which_http2_it_speaks() {
+        let c = parse(
+            "[server]\nlisten = [\"127.0.0.1:80\", { address = \"localhost:81\", protocols = [\"h2c\"] }]\n\
+             [tls]\nlisten = [{ address = \"127.0.0.1:443\", protocols = [] }]\n\
+             certificates = [{ cert = \"c.pem\", key = \"k.pem\" }]\n",
+        )
+        .unwrap();
+        let said: Vec<_> = c.server.listen.iter().map(|l| (l.addrs.len(), l.protocols.clone())).collect();
+        assert_eq!(said, [(1, None), (2, Some(vec![Protocol::H2c]))]);
+        assert_eq!(c.tls.listen[0].protocols, Some(vec![]));
+        for (text, error) in [
+            (
+                "[server]\nlisten = [{ address = \"127.0.0.1:80\", protocols = [\"h2\"] }]",
+                "line 2: server.listen: a plain address speaks \"h2c\" at most",
+            ),
+            (
+                "[tls]\ncertificates = [{ cert = \"c\", key = \"k\" }]\n\
+                 listen = [{ address = \"127.0.0.1:443\", protocols = [\"h2c\"] }]",
+                "line 3: tls.listen: an HTTPS address speaks \"h2\" at most",
+            ),
+            ("[server]\nlisten = [{ protocols = [] }]", "missing field `address`"),
+            ("[server]\nlisten = [{ address = \"127.0.0.1:80\", alpn = [] }]", "unknown field `alpn`"),
+            ("[server]\nlisten = [{ address = \"example.com:80\" }]", "is not a listen address"),
+        ] {
+            let got = parse(text).unwrap_err();
+            assert!(got.contains(error), "{text:?}: {got}");
+        }
     }
 
     #[test]

@@ -23,7 +23,10 @@ use crate::values::{first_broken, Seconds};
 #[serde(default, deny_unknown_fields)]
 pub struct Server {
     /// Addresses to listen on (see [`Listen`] for the forms); port 0 picks
-    /// a free port. Default `["127.0.0.1:8080"]`.
+    /// a free port. An entry may be a table that says whether its
+    /// addresses speak h2c, in place of `http2.protocols`:
+    /// `{ address = "127.0.0.1:8081", protocols = ["h2c"] }` (or `[]`).
+    /// Default `["127.0.0.1:8080"]`.
     pub listen: Vec<Listen>,
     /// Document root; relative to the config file's directory. Default
     /// `"."`: that directory (the current one without a file).

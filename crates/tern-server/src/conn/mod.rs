@@ -42,6 +42,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use crate::body::{OutQueue, Sending};
 use crate::handover::Moved;
+use crate::http2::Protocol;
 use crate::shared::Shared;
 use crate::site::Peers;
 use crate::spool::Spool;
@@ -95,6 +96,7 @@ impl Conn {
             to_log: false,
             fresh: true,
             redirect: None,
+            h2c: false,
             waiting: None,
             h2: None,
         }
@@ -119,13 +121,21 @@ impl Conn {
     }
 
     /// Looks up what the listening address is for: starts the TLS session
-    /// on an HTTPS address.
+    /// on an HTTPS address, and notes whether it speaks HTTP/2. (Its own
+    /// address is asked for only when some address says for itself.)
     fn open(&mut self, shared: &Shared, w: &Worker<'_>) {
         self.fresh = false;
-        let Some(setup) = &shared.tls else { return };
+        let spoken = match shared.http2.per_address() {
+            true => shared.http2.at(self.peers.local(&self.io.sock)),
+            false => &w.config.http2.protocols,
+        };
+        let Some(setup) = &shared.tls else {
+            self.h2c = spoken.contains(&Protocol::H2c);
+            return;
+        };
         match setup.role(self.peers.local(&self.io.sock)) {
-            Role::Http => {}
-            Role::Https => self.io.tls = setup.session(w.stats),
+            Role::Http => self.h2c = spoken.contains(&Protocol::H2c),
+            Role::Https => self.io.tls = setup.session(w.stats, spoken.contains(&Protocol::H2)),
             Role::Redirect => self.redirect = Some(setup.https_port()),
         }
     }
@@ -337,11 +347,11 @@ impl Conn {
                 Phase::Head => {
                     // HTTP/2 is chosen before the first request.
                     let opening = self.requests == 0 && self.rpos == 0;
-                    if opening && self.chose_h2(w) {
+                    if opening && self.chose_h2() {
                         self.start_session(w);
                         continue;
                     }
-                    if self.rpos < self.rbuf.len() && !(opening && self.preface_pending(w)) {
+                    if self.rpos < self.rbuf.len() && !(opening && self.preface_pending()) {
                         match self.parse(shared, w) {
                             Some(true) => continue,
                             Some(false) => {}

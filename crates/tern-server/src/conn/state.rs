@@ -150,6 +150,9 @@ pub struct Conn {
     pub(super) fresh: bool,
     /// On a redirecting address: the HTTPS port to send clients to.
     pub(super) redirect: Option<u16>,
+    /// Its address speaks h2c: a first read that opens with the HTTP/2
+    /// preface starts a session.
+    pub(super) h2c: bool,
     pub(super) waiting: Option<Box<Waiting>>,
     /// The HTTP/2 session, once the connection speaks HTTP/2.
     pub(super) h2: Option<Box<Session>>,

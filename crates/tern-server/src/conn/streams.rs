@@ -21,7 +21,6 @@ use tern_http::request::{parse_head, Head, MAX_HEADERS};
 
 use crate::body::OutQueue;
 use crate::error_log::{log, Level};
-use crate::http2::Protocol;
 use crate::offload::Done;
 use crate::reply::Reply;
 use crate::shared::Shared;
@@ -53,19 +52,18 @@ impl Conn {
 
     /// Whether the connection speaks HTTP/2: ALPN chose it, or (on a plain
     /// address that speaks h2c) its first bytes are the preface.
-    pub(super) fn chose_h2(&self, w: &Worker<'_>) -> bool {
-        let http2 = &w.config.http2;
+    pub(super) fn chose_h2(&self) -> bool {
         match &self.io.tls {
             Some(tls) => tls.chose_h2(),
-            None => http2.speaks(Protocol::H2c) && self.rbuf.starts_with(PREFACE),
+            None => self.h2c && self.rbuf.starts_with(PREFACE),
         }
     }
 
     /// Whether what arrived so far is the start of the preface, on an
     /// address that speaks h2c: it is not parsed as HTTP/1.1 (its first
     /// line and an empty one would make a request) until the rest arrives.
-    pub(super) fn preface_pending(&self, w: &Worker<'_>) -> bool {
-        self.io.tls.is_none() && w.config.http2.speaks(Protocol::H2c) && PREFACE.starts_with(&self.rbuf)
+    pub(super) fn preface_pending(&self) -> bool {
+        self.h2c && self.io.tls.is_none() && PREFACE.starts_with(&self.rbuf)
     }
 
     /// Runs the session until it must wait for its socket, or ends.
