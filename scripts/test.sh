@@ -41,7 +41,7 @@ cargo test --workspace --locked
 suite=(--test static_files --test static_io --test corpus --test traversal --test hidden_files
     --test changing_files --test sent_bytes --test compression --test cgi --test cgi_endings
     --test fastcgi --test slow_clients --test limits --test hardening --test accept_burst
-    --test operations --test reload --test sites --test proxy --test h2 --test h2_attacks)
+    --test operations --test reload --test sites --test proxy --test h2)
 for model in pool staged per-request uring; do
     echo "== end-to-end suite, server.model = $model"
     extra=()
