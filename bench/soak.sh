@@ -9,7 +9,8 @@
 # minute so its per-request timelines stay small): static files 1 KiB-4 MiB
 # with ranges and conditionals, a compressible page asked gzip, the C CGI
 # (gateway/hello.cgi), PHP through php-fpm, files through the reverse proxy
-# from an upstream (a second tern); HTTPS; clients in a network
+# from an upstream (a second tern); HTTPS, over HTTP/1.1 and over HTTP/2
+# (`tern bench --h2`, h2 by ALPN, several streams per connection); clients in a network
 # namespace behind a veth pair with `tc netem` delay, loss and reordering;
 # a trickle of slow readers (bench/lib/slowread.py) and of the hostile corpus
 # (../shared/http1-corpus).
@@ -148,6 +149,10 @@ write_mix() { # FILE WITH_CGI
 write_mix "$OUT/tern.mix" 1
 write_mix "$OUT/nginx.mix" 0
 printf '4 /1k.bin\n2 /64k.bin\n2 /page.html\n    Accept-Encoding: gzip\n1 /index.php\n' >"$OUT/https.mix"
+# HTTP/2 (h2 by ALPN on the HTTPS port): files, a range, a conditional, a
+# compressed page.
+printf '4 /1k.bin\n2 /64k.bin\n1 /1m.bin\n1 /64k.bin\n    Range: bytes=0-1023\n1 /page.html\n    %s\n2 /page.html\n    Accept-Encoding: gzip\n' \
+    "$IMS" >"$OUT/h2.mix"
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
     -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout "$OUT/key.pem" -out "$OUT/cert.pem" 2>/dev/null
@@ -252,6 +257,8 @@ allow_root = true
 [fastcgi.backends.php]
 address = "unix:$FPM_SOCK"
 extensions = [".php"]
+[http2]
+protocols = ["h2"]
 [tls]
 listen = ["127.0.0.1:$TLS_PORT"]
 [[tls.certificates]]
@@ -303,7 +310,7 @@ http {
     server {
         listen 127.0.0.1:$PORT reuseport;
         listen $NET.1:$PORT reuseport;
-        listen 127.0.0.1:$TLS_PORT ssl reuseport;
+        listen 127.0.0.1:$TLS_PORT ssl http2 reuseport;
         ssl_certificate $OUT/cert.pem;
         ssl_certificate_key $OUT/key.pem;
         root $WWW;
@@ -346,10 +353,11 @@ sleep_until() { local d; d=$(awk -v t0="$T0" -v at="$1" -v now="$(date +%s.%N)" 
 
 # client_loop NAME RATE CONNS URL MIX [ns]: open-loop load in segments of
 # SEG seconds until the duration is over.
-client_loop() {
+client_loop() { # NAME RATE CONNECTIONS URL MIX [ns | h2]
     local name=$1 rate=$2 conns=$3 url=$4 mix=$5 i=0 left base
-    local -a pre=()
+    local -a pre=() post=()
     [[ ${6:-} == ns ]] && pre=(ip netns exec "$NS")
+    [[ ${6:-} == h2 ]] && post=(--h2 --streams 8)
     while :; do
         left=$(awk -v t0="$T0" -v d="$DUR" -v now="$(date +%s.%N)" 'BEGIN { printf "%d", t0 + d - now }')
         ((left >= 2)) || break
@@ -357,7 +365,7 @@ client_loop() {
         base=$OUT/$S-load-$name-$i
         date +%s.%N >"$base.start"
         # Its own user agent: its lines in the access log are counted against its responses.
-        "${pre[@]}" "$TERN_BIN" bench "$url" --mix "$mix" -R "$rate" -c "$conns" -t 1 -d "${left}s" -k \
+        "${pre[@]}" "$TERN_BIN" bench "$url" --mix "$mix" -R "$rate" -c "$conns" -t 1 -d "${left}s" -k "${post[@]}" \
             -H "User-Agent: tern-bench/$S-$name-$i" \
             --timeline "$base.csv" --json --no-store >"$base.json" 2>"$base.err" || true
         i=$((i + 1))
@@ -518,16 +526,17 @@ soak_one() { # SERVER
     "$TERN_BIN" bench "http://127.0.0.1:$PORT/" --mix "$OUT/$S.mix" -c 32 -t 1 -d "${CAL}s" --json \
         --store "$OUT/calibration.sqlite" --label "soak calibration $S" >"$OUT/$S-calibration.json" 2>"$OUT/$S-calibration.err" \
         || bench_die "calibration failed: $(tail -n 3 "$OUT/$S-calibration.err")"
-    local cap rate https_rate ns_rate
+    local cap rate https_rate h2_rate ns_rate
     cap=$(python3 -c 'import json, sys; print(int(json.load(open(sys.argv[1]))["requests_per_s"]))' "$OUT/$S-calibration.json")
-    rate=$(awk -v c="$cap" -v s="$LOAD_SHARE" 'BEGIN { printf "%d", c * s * 0.85 }')
+    rate=$(awk -v c="$cap" -v s="$LOAD_SHARE" 'BEGIN { printf "%d", c * s * 0.8 }')
     https_rate=$(awk -v c="$cap" -v s="$LOAD_SHARE" 'BEGIN { printf "%d", c * s * 0.1 + 1 }')
+    h2_rate=$(awk -v c="$cap" -v s="$LOAD_SHARE" 'BEGIN { printf "%d", c * s * 0.05 + 1 }')
     ns_rate=$(awk -v c="$cap" -v s="$LOAD_SHARE" 'BEGIN { r = c * s * 0.05; printf "%d", (r > 100 ? 100 : r) + 1 }')
-    echo "$S capacity $cap req/s (closed loop, 32 connections, ${CAL}s); load $rate + https $https_rate + netns $ns_rate req/s" |
+    echo "$S capacity $cap req/s (closed loop, 32 connections, ${CAL}s); load $rate + https $https_rate + h2 $h2_rate + netns $ns_rate req/s" |
         tee "$OUT/$S-load.txt" >&2
     # Room for the whole run's log (about 150 bytes a line) and then some:
     # the disk is full only while the fault fills it.
-    mount -o remount,size=$(((rate + https_rate + ns_rate) * DUR * 300 + size)) "$LOGFS"
+    mount -o remount,size=$(((rate + https_rate + h2_rate + ns_rate) * DUR * 300 + size)) "$LOGFS"
     local cache_url=""
     [[ $S == tern ]] && cache_url=http://127.0.0.1:$PORT/metrics
     local -a worker_opt=()
@@ -543,6 +552,7 @@ soak_one() { # SERVER
     LOADERS=()
     client_loop main "$rate" 64 "http://127.0.0.1:$PORT/" "$OUT/$S.mix" & LOADERS+=($!)
     client_loop https "$https_rate" 8 "https://127.0.0.1:$TLS_PORT/" "$OUT/https.mix" & LOADERS+=($!)
+    client_loop h2 "$h2_rate" 4 "https://127.0.0.1:$TLS_PORT/" "$OUT/h2.mix" h2 & LOADERS+=($!)
     client_loop netns "$ns_rate" 16 "http://$NET.1:$PORT/" "$OUT/$S.mix" ns & LOADERS+=($!)
     python3 "$ROOT/bench/lib/slowread.py" --port "$PORT" --source 127.0.0.2 --conns 8 --path /1m.bin --rate 4000 \
         --seconds "$DUR" >"$OUT/$S-slowread.txt" 2>&1 & LOADERS+=($!)
