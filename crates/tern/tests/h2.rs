@@ -266,16 +266,34 @@ fn h2spec_passes_every_case() {
     let site = common::site();
     let (_ca, tls) = pki(site.dir.path());
     let tern = serve(&site, &tls);
-    let (failed, summary) = run_h2spec(https_addr(&tern), true);
-    assert!(failed.is_empty() && summary.contains(" 0 failed"), "h2 over TLS: {summary}\n{failed:#?}");
-    // In clear text a preface that is not one cannot be told from an
-    // HTTP/1.1 request, which is answered as one (`400`): h2spec, which
-    // expects the connection closed unanswered, fails that case alone.
-    let (failed, summary) = run_h2spec(tern.addr, false);
-    assert!(
-        failed.iter().all(|f| f.contains("Sends invalid connection preface")) && failed.len() <= 1,
-        "h2c: {summary}\n{failed:#?}"
-    );
+    for (via, addr, tls) in [("h2 over TLS", https_addr(&tern), true), ("h2c", tern.addr, false)] {
+        let (failed, summary) = run_h2spec(addr, tls);
+        assert!(failed.is_empty() && summary.contains(" 0 failed"), "{via}: {summary}\n{failed:#?}");
+    }
+}
+
+#[test]
+fn a_broken_preface_is_closed_unanswered_where_h2c_is_spoken() {
+    // What h2spec sends (its case 3.5/2): not HTTP/1.x, so on an address
+    // that speaks h2c it is a client that meant HTTP/2 (RFC 9113 §3.4).
+    const BROKEN: &[u8] = b"INVALID CONNECTION PREFACE\r\n\r\n";
+    let site = common::site();
+    let exchange = |addr, bytes: &[u8]| {
+        let (got, closed) = common::exchange_until_close(addr, bytes, std::time::Duration::from_secs(10));
+        assert!(closed, "the server closes");
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let h2c = serve(&site, "");
+    assert_eq!(exchange(h2c.addr, BROKEN), "", "h2c: closed without an answer");
+    // Any other bad head, and a bad version after a first request, keep
+    // their HTTP/1.1 answers.
+    let answered = |bytes: &[u8]| exchange(h2c.addr, bytes);
+    assert!(answered(b"GET /\x01 HTTP/1.1\r\nHost: a\r\n\r\n").starts_with("HTTP/1.1 400 "));
+    let second = answered(b"GET /small.txt HTTP/1.1\r\nHost: a\r\n\r\nINVALID CONNECTION PREFACE\r\n\r\n");
+    assert!(second.starts_with("HTTP/1.1 200 ") && second.contains("HTTP/1.1 400 "), "{second}");
+    // Without h2c the same line is a bad HTTP/1.1 request.
+    let plain = Tern::start(&site.root, "auto", &config(&site.root, "\"h2\"", ""), &[]);
+    assert!(exchange(plain.addr, BROKEN).starts_with("HTTP/1.1 400 "));
 }
 
 /// An HTTP/2 frame: its 9-byte header and `payload`.
