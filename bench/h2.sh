@@ -49,6 +49,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/lib/common.sh
 source "$ROOT/bench/lib/common.sh"
+# shellcheck source=bench/lib/tls_peers.sh
+source "$ROOT/bench/lib/tls_peers.sh"
 
 DUR=${DUR:-5}
 REPS=${REPS:-3}
@@ -123,94 +125,24 @@ launch() {
 }
 
 # start_SERVER DIR PORT WORKERS: the server on https://127.0.0.1:PORT with
-# the benchmark's docroot (tern: ROOT and CONFIG_EXTRA may replace it).
+# the benchmark's docroot (tern: TERN_ROOT may replace it, and TERN_EXTRA
+# adds to its configuration).
 start_tern() {
-    local dir=$1 port=$2 workers=$3 status
-    status=$(free_port)
-    PORT[tern-status]=$status
-    cat >"$dir/tern.toml" <<EOF
-[server]
-listen = ["127.0.0.1:$status"]
-root = "${TERN_ROOT:-$DOCROOT}"
-workers = $workers
-max_connections = 4096
-[limits]
-keepalive_requests = 0
-[timeouts]
-keepalive = "300s"
-[log]
-access = "off"
-[http2]
-protocols = ["h2", "h2c"]
-[tls]
-listen = ["127.0.0.1:$port"]
-certificates = [{ cert = "$OUT/ecdsa.pem", key = "$OUT/ecdsa.key" }]
-${TERN_EXTRA:-}
-EOF
+    local dir=$1
+    PORT[tern-status]=$(free_port)
+    tern_tls_conf "$dir/tern.toml" "${PORT[tern-status]}" "$2" "$OUT/ecdsa.pem" "$OUT/ecdsa.key" "${TERN_ROOT:-$DOCROOT}" \
+        "$3" $'[http2]\nprotocols = ["h2", "h2c"]\n'"${TERN_EXTRA:-}"
     launch "$(basename "$dir")" "$TERN_BIN" serve --config "$dir/tern.toml"
 }
 
 start_nginx() {
-    local dir=$1 port=$2 workers=$3
-    cat >"$dir/nginx.conf" <<EOF
-daemon off;
-master_process on;
-user root;
-worker_processes $workers;
-worker_rlimit_nofile $MAXFDS;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 4096; use epoll; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nodelay on;
-    keepalive_requests 1000000000;
-    keepalive_timeout 300s;
-    open_file_cache max=1000 inactive=60s;
-    server_tokens off;
-    default_type application/octet-stream;
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
-    ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache shared:SSL:10m;
-    server {
-        listen 127.0.0.1:$port ssl http2 backlog=4096 reuseport;
-        ssl_certificate $OUT/ecdsa.pem;
-        ssl_certificate_key $OUT/ecdsa.key;
-        root $DOCROOT;
-    }
-}
-EOF
-    launch "$(basename "$dir")" nginx -c "$dir/nginx.conf" -p "$dir"
+    nginx_tls_conf "$1" "$2" "$OUT/ecdsa.pem" "$OUT/ecdsa.key" "$DOCROOT" "$3" 1 http2
+    launch "$(basename "$1")" nginx -c "$1/nginx.conf" -p "$1"
 }
 
 start_h2o() {
-    local dir=$1 port=$2 workers=$3
-    cat >"$dir/h2o.conf" <<EOF
-num-threads: $workers
-max-connections: 4096
-user: root
-pid-file: $dir/h2o.pid
-error-log: $dir/error.log
-http1-request-timeout: 300
-listen:
-  host: 127.0.0.1
-  port: $port
-  ssl:
-    certificate-file: $OUT/ecdsa.pem
-    key-file: $OUT/ecdsa.key
-    minimum-version: TLSv1.2
-hosts:
-  default:
-    paths:
-      /:
-        file.dir: $DOCROOT
-EOF
-    launch "$(basename "$dir")" h2o -c "$dir/h2o.conf"
+    h2o_tls_conf "$1" "$2" "$OUT/ecdsa.pem" "$OUT/ecdsa.key" "$DOCROOT" "$3" 1
+    launch "$(basename "$1")" h2o -c "$1/h2o.conf"
 }
 
 # start NAME SERVER WORKERS: SERVER (tern, nginx or h2o) as NAME on a free
