@@ -296,6 +296,26 @@ fn a_broken_preface_is_closed_unanswered_where_h2c_is_spoken() {
     assert!(exchange(plain.addr, BROKEN).starts_with("HTTP/1.1 400 "));
 }
 
+/// More answers at once than one turn's output holds (64 KiB: 100 streams
+/// of 1 KiB, or of 40 KiB): what a stream was granted of its windows and
+/// could not use in one turn is used in the next. h2load waited for the
+/// last few streams for good before.
+#[test]
+fn a_hundred_streams_at_once_all_finish() {
+    let site = common::site();
+    let tern = serve(&site, "");
+    for (file, len) in [("one.bin", 1024), ("forty.bin", 40 * 1024)] {
+        std::fs::write(site.root.join(file), common::pattern(len, 7)).unwrap();
+        let got = Command::new("timeout")
+            .args(["30", "h2load", "-n", "600", "-c1", "-m100"])
+            .arg(tern.url(&format!("/{file}")))
+            .output()
+            .expect("h2load (nghttp2-client)");
+        let text = String::from_utf8_lossy(&got.stdout);
+        assert!(text.contains("requests: 600 total, 600 started, 600 done, 600 succeeded"), "{file}: {text}");
+    }
+}
+
 /// An HTTP/2 frame: its 9-byte header and `payload`.
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
