@@ -47,6 +47,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/lib/common.sh
 source "$ROOT/bench/lib/common.sh"
+# shellcheck source=bench/lib/tls_peers.sh
+source "$ROOT/bench/lib/tls_peers.sh"
 
 DUR=${DUR:-5}
 REPS=${REPS:-3}
@@ -124,100 +126,31 @@ wait_https() {
 # start_SERVER KIND PORT RESUME(0|1): the server with KIND's certificate on
 # PORT, session resumption (cache and tickets) on or off.
 start_nginx() {
-    local kind=$1 port=$2 resume=$3 dir=$OUT/nginx-$kind-$3 cache=shared:SSL:10m tickets=on
-    ((resume)) || cache=off tickets=off
+    local kind=$1 port=$2 resume=$3
+    local dir=$OUT/nginx-$kind-$resume
     mkdir -p "$dir"
-    cat >"$dir/nginx.conf" <<EOF
-daemon off;
-master_process on;
-user root;
-worker_processes $WORKERS;
-worker_rlimit_nofile $MAXFDS;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 4096; use epoll; }
-http {
-    access_log off;
-    sendfile on;
-    tcp_nodelay on;
-    keepalive_requests 1000000000;
-    keepalive_timeout 300s;
-    open_file_cache max=1000 inactive=60s;
-    server_tokens off;
-    default_type application/octet-stream;
-    client_body_temp_path $dir/client_body;
-    proxy_temp_path $dir/proxy;
-    fastcgi_temp_path $dir/fastcgi;
-    uwsgi_temp_path $dir/uwsgi;
-    scgi_temp_path $dir/scgi;
-    ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache $cache;
-    ssl_session_tickets $tickets;
-    server {
-        listen 127.0.0.1:$port ssl backlog=4096 reuseport;
-        ssl_certificate $OUT/$kind.pem;
-        ssl_certificate_key $OUT/$kind.key;
-        root $DOCROOT;
-    }
-}
-EOF
+    nginx_tls_conf "$dir" "$port" "$OUT/$kind.pem" "$OUT/$kind.key" "$DOCROOT" "$WORKERS" "$resume"
     "${SERVER_PIN[@]}" nginx -c "$dir/nginx.conf" -p "$dir" >"$dir/stdout.log" 2>&1 &
     BENCH_PIDS+=($!)
 }
 
 start_h2o() {
-    local kind=$1 port=$2 resume=$3 dir=$OUT/h2o-$kind-$3 mode=all
-    ((resume)) || mode=off
+    local kind=$1 port=$2 resume=$3
+    local dir=$OUT/h2o-$kind-$resume
     mkdir -p "$dir"
-    cat >"$dir/h2o.conf" <<EOF
-num-threads: $WORKERS
-max-connections: 4096
-user: root
-pid-file: $dir/h2o.pid
-error-log: $dir/error.log
-http1-request-timeout: 300
-ssl-session-resumption:
-  mode: $mode
-listen:
-  host: 127.0.0.1
-  port: $port
-  ssl:
-    certificate-file: $OUT/$kind.pem
-    key-file: $OUT/$kind.key
-    minimum-version: TLSv1.2
-hosts:
-  default:
-    paths:
-      /:
-        file.dir: $DOCROOT
-EOF
+    h2o_tls_conf "$dir" "$port" "$OUT/$kind.pem" "$OUT/$kind.key" "$DOCROOT" "$WORKERS" "$resume"
     "${SERVER_PIN[@]}" h2o -c "$dir/h2o.conf" >"$dir/stdout.log" 2>&1 &
     BENCH_PIDS+=($!)
 }
 
 start_tern() {
-    local kind=$1 port=$2 resume=$3 dir=$OUT/tern-$kind-$3 cache=4096 tickets=true
+    local kind=$1 port=$2 resume=$3 cache=4096 tickets=true
+    local dir=$OUT/tern-$kind-$resume
     ((resume)) || cache=0 tickets=false
     mkdir -p "$dir"
     TERN_STATUS[$resume]=$(free_port)
-    cat >"$dir/tern.toml" <<EOF
-[server]
-listen = ["127.0.0.1:${TERN_STATUS[$resume]}"]
-root = "$DOCROOT"
-workers = $WORKERS
-max_connections = 4096
-[limits]
-keepalive_requests = 0
-[timeouts]
-keepalive = "300s"
-[log]
-access = "off"
-[tls]
-listen = ["127.0.0.1:$port"]
-certificates = [{ cert = "$OUT/$kind.pem", key = "$OUT/$kind.key" }]
-session_cache = $cache
-tickets = $tickets
-EOF
+    tern_tls_conf "$dir/tern.toml" "${TERN_STATUS[$resume]}" "$port" "$OUT/$kind.pem" "$OUT/$kind.key" "$DOCROOT" \
+        "$WORKERS" "session_cache = $cache"$'\n'"tickets = $tickets"
     "${SERVER_PIN[@]}" "$TERN_BIN" serve --config "$dir/tern.toml" >"$dir/stdout.log" 2>"$dir/stderr.log" &
     BENCH_PIDS+=($!)
 }

@@ -41,6 +41,10 @@ impl Default for Limits {
 pub enum Error {
     /// `400`; the text says why, for the error log.
     BadRequest(&'static str),
+    /// `400`: the request line's version token is not `HTTP/d.d`. Told
+    /// apart from [`Error::BadRequest`] because such a line is not HTTP/1.x
+    /// at all: where HTTP/2 is spoken in clear text it is a broken preface.
+    BadVersion,
     /// `414`.
     UriTooLong,
     /// `431`.
@@ -60,7 +64,7 @@ impl Error {
     /// The status to answer with, or `None` to close silently.
     pub fn status(self) -> Option<u16> {
         Some(match self {
-            Error::BadRequest(_) => 400,
+            Error::BadRequest(_) | Error::BadVersion => 400,
             Error::UriTooLong => 414,
             Error::HeadersTooLarge => 431,
             Error::NotImplemented(_) => 501,
@@ -74,6 +78,7 @@ impl Error {
     pub fn reason(self) -> &'static str {
         match self {
             Error::BadRequest(why) | Error::NotImplemented(why) => why,
+            Error::BadVersion => "invalid HTTP version",
             Error::UriTooLong => "request line too long",
             Error::HeadersTooLarge => "request head too large",
             Error::VersionNotSupported => "unsupported HTTP version",
@@ -268,7 +273,7 @@ fn parse_request_line(line: &[u8]) -> Result<RequestLine<'_>, Error> {
             (b'1', b'0') => Version::Http10,
             _ => Version::Http11,
         },
-        _ => return Err(Error::BadRequest("invalid HTTP version")),
+        _ => return Err(Error::BadVersion),
     };
     let method = Method::from_token(method_token).ok_or(Error::NotImplemented("unknown method"))?;
     // Both were checked to be ASCII above.
@@ -513,6 +518,10 @@ mod tests {
         assert_eq!(status(b"GET / HTTP/1.0  \r\n\r\n"), Some(400));
         assert_eq!(status(b"GET / RTSP/1.0\r\n\r\n"), Some(400));
         assert_eq!(status(b"GET /\r\n"), None);
+        // h2spec's invalid HTTP/2 preface: a bad version, not any other 400.
+        assert_eq!(parse(b"INVALID CONNECTION PREFACE\r\n\r\n").unwrap_err(), Error::BadVersion);
+        assert_eq!(parse(b"GET /a b HTTP/1.1\r\n\r\n").unwrap_err(), Error::BadVersion);
+        assert_eq!(parse(b"GET /\x01 HTTP/1.1\r\n\r\n").unwrap_err(), Error::BadRequest("invalid request target"));
     }
 
     #[test]

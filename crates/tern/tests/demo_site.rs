@@ -8,6 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::tls::{https_addr, section, Ca};
 use common::{get, Tern};
 
 fn repo() -> PathBuf {
@@ -156,6 +157,59 @@ fn screenshots_show_the_stylesheet_on_every_page() {
         let near = |got: u8, want: u8| got.abs_diff(want) <= 3;
         assert!(near(r, 0xf4) && near(g, 0xf8) && near(b, 0xfb), "{path}: background {r},{g},{b} ({})", png.display());
     }
+}
+
+/// A page of the test's own, served beside the demo (whose files stay as
+/// they are): the demo's index in a frame, its stylesheet and picture, and
+/// once all are loaded, how each came (`URL PROTOCOL`, one a line).
+const PROBE: &str = r#"<!doctype html>
+<html><head><link rel="stylesheet" href="/css/style.css"></head>
+<body><iframe src="/"></iframe><img src="/images/tern.svg" alt="">
+<pre id="protocols"></pre>
+<script>
+addEventListener("load", () => {
+  const entries = performance.getEntriesByType("navigation").concat(performance.getEntriesByType("resource"));
+  document.getElementById("protocols").textContent = entries.map(e => e.name + " " + e.nextHopProtocol).join("\n");
+});
+</script></body></html>
+"#;
+
+#[test]
+fn chromium_loads_the_demo_over_h2() {
+    let (dir, site) = demo();
+    let probe = tempfile::tempdir().unwrap();
+    std::fs::write(probe.path().join("h2-probe.html"), PROBE).unwrap();
+    let (cert, key, _) = Ca::new("tern demo CA").leaf(dir.path(), "demo", &["localhost"]);
+    let log = dir.path().join("access.log");
+    let config = format!(
+        "{}{}[http2]\nprotocols = [\"h2\"]\n[[site]]\ndefault = true\n\
+         [[site.location]]\nexact = \"/h2-probe.html\"\nroot = \"{}\"\n",
+        site_config(&site).replace("access = \"off\"", &format!("access = \"{}\"", log.display())),
+        section(&cert, &key),
+        probe.path().display()
+    );
+    let mut tern = Tern::start(&site, "sendfile", &config, &[]);
+    let origin = format!("https://127.0.0.1:{}", https_addr(&tern).port());
+    // Chromium speaks HTTP/2 only over TLS, offered by ALPN.
+    let dom = common::chromium::load_with(
+        &format!("{origin}/h2-probe.html"),
+        "1024,900",
+        None,
+        &["--ignore-certificate-errors"],
+    );
+    let text = dom.split("<pre id=\"protocols\">").nth(1).and_then(|s| s.split("</pre>").next()).unwrap_or("");
+    let paths = ["/h2-probe.html", "/", "/css/style.css", "/images/tern.svg"];
+    for path in paths {
+        let came = text.lines().find_map(|l| l.strip_prefix(&format!("{origin}{path} ")));
+        assert_eq!(came, Some("h2"), "{path}: {text}");
+    }
+    // The access log (written out at exit) says so too.
+    tern.terminate(std::time::Duration::from_secs(10));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    for path in paths {
+        assert!(logged.contains(&format!("\"GET {path} HTTP/2.0\"")), "{path}:\n{logged}");
+    }
+    assert!(logged.lines().all(|l| l.contains(" HTTP/2.0\"")), "{logged}");
 }
 
 #[test]

@@ -306,16 +306,54 @@ fn h2spec_passes_every_case() {
     let site = common::site();
     let (_ca, tls) = pki(site.dir.path());
     let tern = serve(&site, &tls);
-    let (failed, summary) = run_h2spec(https_addr(&tern), true);
-    assert!(failed.is_empty() && summary.contains(" 0 failed"), "h2 over TLS: {summary}\n{failed:#?}");
-    // In clear text a preface that is not one cannot be told from an
-    // HTTP/1.1 request, which is answered as one (`400`): h2spec, which
-    // expects the connection closed unanswered, fails that case alone.
-    let (failed, summary) = run_h2spec(tern.addr, false);
-    assert!(
-        failed.iter().all(|f| f.contains("Sends invalid connection preface")) && failed.len() <= 1,
-        "h2c: {summary}\n{failed:#?}"
-    );
+    for (via, addr, tls) in [("h2 over TLS", https_addr(&tern), true), ("h2c", tern.addr, false)] {
+        let (failed, summary) = run_h2spec(addr, tls);
+        assert!(failed.is_empty() && summary.contains(" 0 failed"), "{via}: {summary}\n{failed:#?}");
+    }
+}
+
+#[test]
+fn a_broken_preface_is_closed_unanswered_where_h2c_is_spoken() {
+    // What h2spec sends (its case 3.5/2): not HTTP/1.x, so on an address
+    // that speaks h2c it is a client that meant HTTP/2 (RFC 9113 §3.4).
+    const BROKEN: &[u8] = b"INVALID CONNECTION PREFACE\r\n\r\n";
+    let site = common::site();
+    let exchange = |addr, bytes: &[u8]| {
+        let (got, closed) = common::exchange_until_close(addr, bytes, std::time::Duration::from_secs(10));
+        assert!(closed, "the server closes");
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let h2c = serve(&site, "");
+    assert_eq!(exchange(h2c.addr, BROKEN), "", "h2c: closed without an answer");
+    // Any other bad head, and a bad version after a first request, keep
+    // their HTTP/1.1 answers.
+    let answered = |bytes: &[u8]| exchange(h2c.addr, bytes);
+    assert!(answered(b"GET /\x01 HTTP/1.1\r\nHost: a\r\n\r\n").starts_with("HTTP/1.1 400 "));
+    let second = answered(b"GET /small.txt HTTP/1.1\r\nHost: a\r\n\r\nINVALID CONNECTION PREFACE\r\n\r\n");
+    assert!(second.starts_with("HTTP/1.1 200 ") && second.contains("HTTP/1.1 400 "), "{second}");
+    // Without h2c the same line is a bad HTTP/1.1 request.
+    let plain = Tern::start(&site.root, "auto", &config(&site.root, "\"h2\"", ""), &[]);
+    assert!(exchange(plain.addr, BROKEN).starts_with("HTTP/1.1 400 "));
+}
+
+/// More answers at once than one turn's output holds (64 KiB: 100 streams
+/// of 1 KiB, or of 40 KiB): what a stream was granted of its windows and
+/// could not use in one turn is used in the next. h2load waited for the
+/// last few streams for good before.
+#[test]
+fn a_hundred_streams_at_once_all_finish() {
+    let site = common::site();
+    let tern = serve(&site, "");
+    for (file, len) in [("one.bin", 1024), ("forty.bin", 40 * 1024)] {
+        std::fs::write(site.root.join(file), common::pattern(len, 7)).unwrap();
+        let got = Command::new("timeout")
+            .args(["30", "h2load", "-n", "600", "-c1", "-m100"])
+            .arg(tern.url(&format!("/{file}")))
+            .output()
+            .expect("h2load (nghttp2-client)");
+        let text = String::from_utf8_lossy(&got.stdout);
+        assert!(text.contains("requests: 600 total, 600 started, 600 done, 600 succeeded"), "{file}: {text}");
+    }
 }
 
 /// An HTTP/2 frame: its 9-byte header and `payload`.

@@ -400,13 +400,19 @@ fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> usize {
     while sent < room {
         let left = s.out.queued() as usize;
         send.reserve_capacity(left.min(DATA_CHUNK));
-        let granted = match send.poll_capacity(cx) {
-            Poll::Ready(Some(Ok(n))) if n > 0 => n,
-            Poll::Ready(Some(Ok(_))) | Poll::Pending => break,
-            Poll::Ready(Some(Err(_)) | None) => {
-                s.done = true;
-                break;
-            }
+        // What was granted before and left unused (the room ran out) comes
+        // first: `poll_capacity` says only when the capacity grows, and
+        // waiting for that would stall the stream for good.
+        let granted = match send.capacity() {
+            0 => match send.poll_capacity(cx) {
+                Poll::Ready(Some(Ok(n))) if n > 0 => n,
+                Poll::Ready(Some(Ok(_))) | Poll::Pending => break,
+                Poll::Ready(Some(Err(_)) | None) => {
+                    s.done = true;
+                    break;
+                }
+            },
+            n => n,
         };
         let bytes = match s.out.pull(granted.min(room - sent)) {
             Ok(bytes) => bytes,

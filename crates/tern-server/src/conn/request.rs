@@ -8,10 +8,17 @@
 //! (bad head, bad or too large body, truncated at close) gets its error
 //! answer from there too. Nothing here answers a request itself or writes
 //! the output queue.
+//!
+//! One refusal is silent: on an address that speaks h2c, a connection whose
+//! first line is not HTTP/1.x at all (its version token unparseable) is a
+//! client that meant HTTP/2 and sent a broken preface — a connection error
+//! (RFC 9113 §3.4), so it is closed unanswered rather than told `400` in a
+//! protocol it does not speak. Every other bad head keeps its status.
 
-use tern_http::request::{parse_head, BodyFraming, Head, MAX_HEADERS};
+use tern_http::request::{parse_head, BodyFraming, Error, Head, MAX_HEADERS};
 
 use crate::error_log::{log, Level};
+use crate::http2::Protocol;
 use crate::shared::Shared;
 use crate::spool::Spool;
 use crate::worker::Worker;
@@ -89,8 +96,9 @@ impl Conn {
             Err(err) => {
                 log!(Level::Info, "{}: bad request: {}", self.peers.peer, err.reason());
                 let line = first_line(&rbuf[self.rpos..]);
+                let broken_preface = err == Error::BadVersion && self.opens_h2c(w);
                 self.rpos = rbuf.len();
-                match err.status() {
+                match err.status().filter(|_| !broken_preface) {
                     Some(status) => {
                         self.answer_error(w, status, line);
                         Some(true)
@@ -100,6 +108,13 @@ impl Conn {
             }
         };
         self.restore(rbuf, result)
+    }
+
+    /// Whether the head being parsed is the first bytes of a plain
+    /// connection on an address that speaks h2c (where a broken HTTP/2
+    /// preface may arrive instead of a request).
+    fn opens_h2c(&self, w: &Worker<'_>) -> bool {
+        self.requests == 0 && self.rpos == 0 && self.io.tls.is_none() && w.config.http2.speaks(Protocol::H2c)
     }
 
     /// Puts the receive buffer back after a parse that borrowed it.

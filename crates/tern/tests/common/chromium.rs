@@ -8,6 +8,12 @@ use std::time::{Duration, Instant};
 /// Loads `url` in a `width,height` window: with `screenshot`, writes a PNG
 /// there and returns an empty string; without, returns the DOM after load.
 pub fn load(url: &str, window: &str, screenshot: Option<&Path>) -> String {
+    load_with(url, window, screenshot, &[])
+}
+
+/// As [`load`], with `extra` switches (e.g. `--ignore-certificate-errors`
+/// for a server whose certificate a test's own CA signed).
+pub fn load_with(url: &str, window: &str, screenshot: Option<&Path>, extra: &[&str]) -> String {
     let profile = tempfile::tempdir().unwrap();
     let mut cmd = Command::new("chromium");
     cmd.args([
@@ -22,7 +28,8 @@ pub fn load(url: &str, window: &str, screenshot: Option<&Path>) -> String {
         "--hide-scrollbars",
     ])
     .arg(format!("--window-size={window}"))
-    .arg(format!("--user-data-dir={}", profile.path().display()));
+    .arg(format!("--user-data-dir={}", profile.path().display()))
+    .args(extra);
     match screenshot {
         Some(out) => cmd.arg(format!("--screenshot={}", out.display())),
         None => cmd.arg("--dump-dom"),
