@@ -714,6 +714,9 @@ impl OutQueue {
     /// Gives up the buffers' memory while the connection is idle.
     pub fn release(&mut self) -> (Vec<u8>, Vec<u8>) {
         debug_assert!(self.segments.is_empty());
+        // Sent bytes may still be in `buf` (a TLS flush that blocked on
+        // its records left it as it was): none of them count any more.
+        self.committed = 0;
         (std::mem::take(&mut self.buf), std::mem::take(&mut self.chunk))
     }
 
