@@ -35,10 +35,10 @@ pub struct Http2 {
     /// The forms of HTTP/2 spoken besides HTTP/1.1: `"h2"` (HTTPS
     /// addresses offer it by ALPN before `http/1.1`) and `"h2c"` (a plain
     /// address answers a connection that starts with the HTTP/2 preface in
-    /// HTTP/2). Over HTTP/2, CGI, FastCGI and proxied locations answer
-    /// `501` (not relayed yet). A `server.listen` or `tls.listen` entry
-    /// with its own `protocols` speaks those instead. Default `[]`
-    /// (HTTP/1.1 only).
+    /// HTTP/2). CGI, FastCGI and proxied locations are relayed on their
+    /// streams as over HTTP/1.1; a WebSocket tunnel is not (RFC 8441 is
+    /// not spoken). A `server.listen` or `tls.listen` entry with its own
+    /// `protocols` speaks those instead. Default `[]` (HTTP/1.1 only).
     pub protocols: Vec<Protocol>,
     /// Streams a client may have open at once on one connection
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`); more are refused. Default 128.

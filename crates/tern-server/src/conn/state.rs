@@ -87,6 +87,8 @@ pub(super) struct Backend {
     pub(super) host: String,
     pub(super) head_only: bool,
     pub(super) http10: bool,
+    /// Answered on an HTTP/2 stream ([`crate::reply::Params::stream`]).
+    pub(super) stream: bool,
     /// The answering location's dressing of its response.
     pub(super) dressing: Option<Arc<Dressing>>,
     /// The site that answers (`Reply::site`).
