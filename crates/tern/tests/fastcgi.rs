@@ -10,7 +10,6 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::Engine;

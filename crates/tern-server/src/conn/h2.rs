@@ -278,15 +278,16 @@ impl Session {
         self.streams.iter().any(|s| s.backend.is_some()) && self.streams.iter().all(|s| s.out.is_empty())
     }
 
-    /// The backends of streams that are gone (every one, once the
-    /// connection is over), taken off them to be abandoned; the streams
-    /// go with them.
-    pub(super) fn take_abandoned(&mut self) -> Vec<Box<Backend>> {
+    /// Hands the backends of streams that are gone (every one, once the
+    /// connection is over) to `abandon`; the streams go with them.
+    pub(super) fn drop_gone(&mut self, mut abandon: impl FnMut(Box<Backend>)) {
         let ended = self.ended();
-        let gone = |s: &Stream| ended || s.done;
-        let jobs = self.streams.iter_mut().filter(|s| gone(s)).filter_map(|s| s.backend.take()).collect();
+        for s in self.streams.iter_mut().filter(|s| ended || s.done) {
+            if let Some(b) = s.backend.take() {
+                abandon(b);
+            }
+        }
         self.streams.retain(|s| !s.done || s.opening.is_some());
-        jobs
     }
 
     /// Says `GOAWAY` (the server stops): streams already open are
@@ -358,7 +359,7 @@ impl Session {
             }
             // One waiting for the pool stays until its ticket is taken
             // back (its descriptor is watched), one whose backend runs
-            // until the connection ends the job (`take_abandoned`).
+            // until the connection ends the job (`drop_gone`).
             self.streams.retain(|s| !s.done || s.opening.is_some() || s.backend.is_some());
             if let Err(e) = result {
                 self.state = State::Ended;

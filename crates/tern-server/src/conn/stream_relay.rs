@@ -157,9 +157,7 @@ impl Conn {
     /// or the connection over): a CGI program is killed and reaped, a
     /// FastCGI or upstream connection closed.
     pub(super) fn end_abandoned(&mut self, w: &mut Worker<'_>, session: &mut Session) {
-        for mut b in session.take_abandoned() {
-            b.end(w, true);
-        }
+        session.drop_gone(|mut b| b.end(w, true));
     }
 
     /// Tells the streams' jobs what their descriptors are ready for. The
