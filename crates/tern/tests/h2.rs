@@ -749,8 +749,7 @@ fn a_stream_reset_by_the_client_kills_its_program() {
     let before = fds(b.tern.pid());
     let mut s = std::net::TcpStream::connect(b.tern.addr).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
-    let mut hello = PREFACE.to_vec();
-    hello.extend(frame(4, 0, 0, b""));
+    let mut hello = common::h2::preface();
     hello.extend(frame(1, 0x5, 1, b"\x82\x86\x04\x12/cgi-bin/stream.sh\x41\x09localhost"));
     s.write_all(&hello).unwrap();
     // Its head (`200`, indexed) and a line of its body, then the stream
@@ -785,5 +784,3 @@ fn a_stream_reset_by_the_client_kills_its_program() {
     assert!(fds(b.tern.pid()) <= before + 1, "descriptors: {before} before, {} after", fds(b.tern.pid()));
     assert_eq!(b.tern.status()["cgi"]["running"], 0);
 }
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
