@@ -325,18 +325,6 @@ impl Polled {
     }
 }
 
-/// The `poll(2)` events that say `want` is met.
-pub fn poll_interest(want: crate::worker::Wait) -> libc::c_short {
-    let mut events = 0;
-    if want.read {
-        events |= libc::POLLIN | libc::POLLRDHUP;
-    }
-    if want.write {
-        events |= libc::POLLOUT;
-    }
-    events
-}
-
 /// The readiness `poll(2)`'s flags `r` report.
 pub fn polled(r: libc::c_short) -> Polled {
     let error = r & (libc::POLLERR | libc::POLLNVAL) != 0;

@@ -46,7 +46,7 @@ use crate::http2::Http2;
 use crate::offload::Ticket;
 use crate::spool::Spool;
 
-use super::state::Backend;
+use super::backend::Backend;
 
 /// The preface a client opens an HTTP/2 connection with (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -25,6 +25,7 @@
 //!   body (phases `Head`, `Body`); `request_body.rs`, the body's decoder;
 //! - `answer.rs`: handing a request to the site and queueing its answer;
 //! - `relay.rs`: a backend's output relayed as the response (`Backend`);
+//!   `backend.rs`, what is kept of a request a backend answers;
 //! - `h2.rs`, `streams.rs`, `stream_relay.rs`: HTTP/2 — the session, its
 //!   streams answered through the exchange, their backends (`Session`);
 //! - `send.rs`: writing the queue, what follows, the end (`Send`,
@@ -52,6 +53,7 @@ use crate::tls::Role;
 use crate::worker::{Wait, Worker};
 
 mod answer;
+mod backend;
 mod deadline;
 mod h2;
 mod records;

@@ -21,7 +21,8 @@ use crate::spool::Spool;
 use crate::worker::Worker;
 
 use super::answer::Answered;
-use super::state::{Backend, Clock, Conn, Phase, Status};
+use super::backend::Backend;
+use super::state::{Clock, Conn, Phase, Status};
 use super::transport::Fill;
 
 /// Who answers a backend's request: the location's dressing and the site.

@@ -29,10 +29,11 @@ use crate::spool::Spool;
 use crate::sys;
 use crate::worker::Worker;
 
+use super::backend::Backend;
 use super::h2::{Body, Session, Stream};
 use super::relay::may_redirect;
 use super::send::MAX_GATHERED;
-use super::state::{Backend, Conn, Status};
+use super::state::{Conn, Status};
 use super::streams::framed_head;
 
 impl Conn {
@@ -172,7 +173,7 @@ impl Conn {
             .enumerate()
             .filter_map(|(i, s)| {
                 let (fd, want) = s.backend.as_ref()?.job.wait()?;
-                Some((i, libc::pollfd { fd: fd.as_raw_fd(), events: sys::poll_interest(want), revents: 0 }))
+                Some((i, libc::pollfd { fd: fd.as_raw_fd(), events: want.poll_events(), revents: 0 }))
             })
             .collect();
         let mut fds: Vec<libc::pollfd> = waits.iter().map(|(_, fd)| *fd).collect();

@@ -216,10 +216,10 @@ fn wait(
     let mut fds = vec![
         // The socket is watched for a reset (reported whatever is asked)
         // until one is reported.
-        entry((sock.any() || !hung_up).then(|| conn.socket().as_raw_fd()), sys::poll_interest(sock)),
+        entry((sock.any() || !hung_up).then(|| conn.socket().as_raw_fd()), sock.poll_events()),
         entry(bell.map(|b| b.0.as_raw_fd()), libc::POLLIN),
     ];
-    fds.extend(backends.map(|(fd, want)| entry(Some(fd.as_raw_fd()), sys::poll_interest(want))));
+    fds.extend(backends.map(|(fd, want)| entry(Some(fd.as_raw_fd()), want.poll_events())));
     let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
     // SAFETY: `fds` is a valid array of pollfd of the length passed.
     if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) } < 0 {
