@@ -714,6 +714,9 @@ impl OutQueue {
     /// Gives up the buffers' memory while the connection is idle.
     pub fn release(&mut self) -> (Vec<u8>, Vec<u8>) {
         debug_assert!(self.segments.is_empty());
+        // Sent bytes may still be in `buf` (a TLS flush that blocked on
+        // its records left it as it was): none of them count any more.
+        self.committed = 0;
         (std::mem::take(&mut self.buf), std::mem::take(&mut self.chunk))
     }
 
@@ -778,6 +781,24 @@ mod tests {
         }
         drop(server);
         (reader.join().unwrap(), file, most, yields)
+    }
+
+    /// A queue whose bytes were all taken (by TLS, its records still to
+    /// be written) gives its buffer up while idle: the next buffer's bytes
+    /// are queued from its start (an HTTP/2 session over TLS panicked, or
+    /// would have sent stale bytes, with the old offset).
+    #[test]
+    fn a_buffer_given_up_after_its_bytes_were_taken_queues_the_next_from_its_start() {
+        let mut q = OutQueue::new(64 * 1024, 1 << 20, false);
+        q.buf.extend_from_slice(b"frames sent as records");
+        q.commit_buf();
+        q.advance(q.queued() as usize);
+        assert!(q.is_empty());
+        let (buf, _) = q.release();
+        q.adopt(buf);
+        q.buf.extend_from_slice(b"next");
+        q.commit_buf();
+        assert_eq!(q.pull(100).unwrap(), b"next");
     }
 
     #[test]

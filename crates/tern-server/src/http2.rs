@@ -9,24 +9,10 @@
 //! `max_header_list_size` (the decoded list, however it is split into
 //! frames), the streams one client may hold by `max_concurrent_streams`.
 
-use std::net::SocketAddr;
-
 use serde::Deserialize;
 
-use crate::listeners::covers;
+pub use crate::listeners::Protocol;
 use crate::values::{first_broken, Bytes};
-
-/// A form of HTTP/2 in `http2.protocols`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-pub enum Protocol {
-    /// Over TLS, chosen by ALPN (RFC 9113 §3.2).
-    #[serde(rename = "h2")]
-    H2,
-    /// In clear text, by prior knowledge: a connection on a plain address
-    /// that opens with the HTTP/2 preface (RFC 9113 §3.3).
-    #[serde(rename = "h2c")]
-    H2c,
-}
 
 /// `[http2]`: HTTP/2 beside HTTP/1.1.
 #[derive(Clone, Debug, Deserialize)]
@@ -35,10 +21,10 @@ pub struct Http2 {
     /// The forms of HTTP/2 spoken besides HTTP/1.1: `"h2"` (HTTPS
     /// addresses offer it by ALPN before `http/1.1`) and `"h2c"` (a plain
     /// address answers a connection that starts with the HTTP/2 preface in
-    /// HTTP/2). Over HTTP/2, CGI, FastCGI and proxied locations answer
-    /// `501` (not relayed yet). A `server.listen` or `tls.listen` entry
-    /// with its own `protocols` speaks those instead. Default `[]`
-    /// (HTTP/1.1 only).
+    /// HTTP/2). CGI, FastCGI and proxied locations are relayed on their
+    /// streams as over HTTP/1.1; a WebSocket tunnel is not (RFC 8441 is
+    /// not spoken). A `server.listen` or `tls.listen` entry with its own
+    /// `protocols` speaks those instead. Default `[]` (HTTP/1.1 only).
     pub protocols: Vec<Protocol>,
     /// Streams a client may have open at once on one connection
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`); more are refused. Default 128.
@@ -93,39 +79,5 @@ impl Http2 {
     /// Whether it speaks `protocol`.
     pub fn speaks(&self, protocol: Protocol) -> bool {
         self.protocols.contains(&protocol)
-    }
-}
-
-/// Which forms of HTTP/2 each bound address speaks: `http2.protocols`, or
-/// what its `listen` entry says.
-#[derive(Debug, Default)]
-pub struct Spoken {
-    default: Vec<Protocol>,
-    /// The addresses whose entry says. None: every address speaks
-    /// `default`, and a connection's own address is not looked up.
-    by_addr: Vec<(SocketAddr, Vec<Protocol>)>,
-}
-
-impl Spoken {
-    /// From `http2.protocols` and the bound addresses with what their
-    /// entries say.
-    pub fn new(default: &[Protocol], bound: Vec<(SocketAddr, Option<Vec<Protocol>>)>) -> Spoken {
-        let by_addr = bound.into_iter().filter_map(|(a, p)| Some((a, p?))).collect();
-        Spoken { default: default.to_vec(), by_addr }
-    }
-
-    /// Whether some address speaks otherwise than `http2.protocols`.
-    pub fn per_address(&self) -> bool {
-        !self.by_addr.is_empty()
-    }
-
-    /// What a connection accepted on `local` speaks.
-    pub fn at(&self, local: SocketAddr) -> &[Protocol] {
-        self.by_addr.iter().find(|(a, _)| covers(*a, local)).map_or(&self.default, |(_, p)| p)
-    }
-
-    /// Whether some address speaks `protocol`.
-    pub fn anywhere(&self, protocol: Protocol) -> bool {
-        self.default.contains(&protocol) || self.by_addr.iter().any(|(_, p)| p.contains(&protocol))
     }
 }

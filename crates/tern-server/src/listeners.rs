@@ -26,7 +26,17 @@ use std::os::fd::AsRawFd;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use crate::http2::Protocol;
+/// A form of HTTP/2 in `http2.protocols`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub enum Protocol {
+    /// Over TLS, chosen by ALPN (RFC 9113 §3.2).
+    #[serde(rename = "h2")]
+    H2,
+    /// In clear text, by prior knowledge: a connection on a plain address
+    /// that opens with the HTTP/2 preface (RFC 9113 §3.3).
+    #[serde(rename = "h2c")]
+    H2c,
+}
 
 /// One `server.listen` (or `tls.listen`, `tls.redirect`) entry: the
 /// addresses it names, all on one port (with port 0 the first address
@@ -128,6 +138,40 @@ use socket2::{Domain, Socket, Type};
 pub fn covers(bound: SocketAddr, local: SocketAddr) -> bool {
     bound.port() == local.port()
         && (bound.ip() == local.ip() || (bound.ip().is_unspecified() && bound.is_ipv4() == local.is_ipv4()))
+}
+
+/// Which forms of HTTP/2 each bound address speaks: `http2.protocols`, or
+/// what its `listen` entry says.
+#[derive(Debug, Default)]
+pub struct Spoken {
+    default: Vec<Protocol>,
+    /// The addresses whose entry says. None: every address speaks
+    /// `default`, and a connection's own address is not looked up.
+    by_addr: Vec<(SocketAddr, Vec<Protocol>)>,
+}
+
+impl Spoken {
+    /// From `http2.protocols` and the bound addresses with what their
+    /// entries say.
+    pub fn new(default: &[Protocol], bound: Vec<(SocketAddr, Option<Vec<Protocol>>)>) -> Spoken {
+        let by_addr = bound.into_iter().filter_map(|(a, p)| Some((a, p?))).collect();
+        Spoken { default: default.to_vec(), by_addr }
+    }
+
+    /// Whether some address speaks otherwise than `http2.protocols`.
+    pub fn per_address(&self) -> bool {
+        !self.by_addr.is_empty()
+    }
+
+    /// What a connection accepted on `local` speaks.
+    pub fn at(&self, local: SocketAddr) -> &[Protocol] {
+        self.by_addr.iter().find(|(a, _)| covers(*a, local)).map_or(&self.default, |(_, p)| p)
+    }
+
+    /// Whether some address speaks `protocol`.
+    pub fn anywhere(&self, protocol: Protocol) -> bool {
+        self.default.contains(&protocol) || self.by_addr.iter().any(|(_, p)| p.contains(&protocol))
+    }
 }
 
 /// A non-blocking `SO_REUSEPORT` socket bound to `addr`, not yet

@@ -22,6 +22,9 @@ pub enum Framing {
     Chunked,
     /// Until the connection closes.
     Close,
+    /// By its HTTP/2 stream's end, the stream's `DATA` frames carrying it
+    /// (a body of unknown length is neither chunked nor cut by a close).
+    Stream,
 }
 
 /// What shapes every response on a connection, for code that builds a
@@ -36,6 +39,9 @@ pub struct Params<'a> {
     pub head_only: bool,
     pub http10: bool,
     pub keep_alive: bool,
+    /// The response goes out on an HTTP/2 stream: its body is framed as
+    /// [`Framing::Stream`], and no interim (`1xx`) head goes before it.
+    pub stream: bool,
     /// The location's dressing, if it has one.
     pub dressing: Option<&'a Arc<Dressing>>,
 }
@@ -113,6 +119,8 @@ pub struct Reply<'q> {
     fields: &'q [u8],
     head_only: bool,
     http10: bool,
+    /// On an HTTP/2 stream ([`Params::stream`]).
+    stream: bool,
     /// Whether the connection stays open after this response; a handler
     /// may clear it.
     pub keep_alive: bool,
@@ -144,6 +152,7 @@ impl<'q> Reply<'q> {
             fields,
             head_only,
             http10,
+            stream: false,
             keep_alive,
             status: 0,
             body_len: 0,
@@ -156,6 +165,7 @@ impl<'q> Reply<'q> {
     pub fn with(out: &'q mut OutQueue, p: &Params<'q>) -> Self {
         let mut reply = Reply::new(out, p.date, p.server, p.fields, p.head_only, p.http10, p.keep_alive);
         reply.dressing = p.dressing;
+        reply.stream = p.stream;
         reply
     }
 
@@ -213,12 +223,16 @@ impl<'q> Reply<'q> {
                 self.end_head(n);
                 framing
             }
+            _ if self.stream => {
+                self.end_head_unsized();
+                Framing::Stream
+            }
             Framing::Chunked if !self.http10 => {
                 self.out.buf.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
                 self.end_head_unsized();
                 Framing::Chunked
             }
-            Framing::Chunked | Framing::Close => {
+            Framing::Chunked | Framing::Close | Framing::Stream => {
                 self.keep_alive = false;
                 self.end_head_unsized();
                 Framing::Close

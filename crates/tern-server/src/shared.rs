@@ -42,7 +42,7 @@ pub struct Shared {
     /// (or redirects to it).
     pub tls: Option<tls::Setup>,
     /// Which forms of HTTP/2 each listening address speaks.
-    pub http2: crate::http2::Spoken,
+    pub http2: crate::listeners::Spoken,
     /// Idle connections per worker, so one at the connection cap can ask
     /// another to make room.
     pub room: Room,

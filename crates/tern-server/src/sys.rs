@@ -302,3 +302,39 @@ pub fn wait_readable(fd: BorrowedFd<'_>) -> io::Result<()> {
     poll(&mut [PollFd::new(&fd, PollFlags::IN)], None)?;
     Ok(())
 }
+
+/// What `poll(2)` reported for one descriptor, as the event engine reads
+/// it from epoll.
+#[derive(Clone, Copy, Default)]
+pub struct Polled {
+    pub readable: bool,
+    pub writable: bool,
+    pub read_closed: bool,
+    pub hangup: bool,
+}
+
+impl Polled {
+    /// Both reports at once (descriptors reported under one name).
+    pub fn or(self, other: Polled) -> Polled {
+        Polled {
+            readable: self.readable || other.readable,
+            writable: self.writable || other.writable,
+            read_closed: self.read_closed || other.read_closed,
+            hangup: self.hangup || other.hangup,
+        }
+    }
+}
+
+/// The readiness `poll(2)`'s flags `r` report.
+pub fn polled(r: libc::c_short) -> Polled {
+    let error = r & (libc::POLLERR | libc::POLLNVAL) != 0;
+    let hup = r & libc::POLLHUP != 0;
+    let read_closed = hup || r & libc::POLLRDHUP != 0;
+    let write_closed = hup || error;
+    Polled {
+        readable: r & (libc::POLLIN | libc::POLLPRI) != 0 || error,
+        writable: r & libc::POLLOUT != 0 || write_closed,
+        read_closed,
+        hangup: error || hup,
+    }
+}

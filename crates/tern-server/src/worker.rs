@@ -142,6 +142,18 @@ impl Wait {
     pub fn any(self) -> bool {
         self.read || self.write
     }
+
+    /// The `poll(2)` events that say it is met.
+    pub fn poll_events(self) -> libc::c_short {
+        let mut events = 0;
+        if self.read {
+            events |= libc::POLLIN | libc::POLLRDHUP;
+        }
+        if self.write {
+            events |= libc::POLLOUT;
+        }
+        events
+    }
 }
 
 /// Size of a pooled receive or send buffer: a typical request head, or a

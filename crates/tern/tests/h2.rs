@@ -498,3 +498,327 @@ fn a_stopping_server_says_goaway_to_an_idle_client() {
     }
     assert!(kinds.contains(&7), "no GOAWAY before the close: frames {kinds:?}");
 }
+
+/// A site whose requests go to backends: CGI programs in `cgi-bin` (the C
+/// gateway's `hello.cgi`, Perl, Python and sh), PHP pages through a
+/// php-fpm of its own, and `/proxied/` through the proxy to a second tern;
+/// `tls` a `[tls]` section or nothing.
+struct Backends {
+    site: Site,
+    state: PathBuf,
+    /// What `hello.cgi` prints after its head.
+    hello: Vec<u8>,
+    /// The file the upstream serves at `/proxied/file.bin`.
+    proxied: Vec<u8>,
+    _fpm: common::php_fpm::PhpFpm,
+    _upstream: Tern,
+    tern: Tern,
+}
+
+/// The gateway's `hello.cgi`, built once for all tests.
+fn hello_cgi() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let gateway = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../gateway");
+            let made = Command::new("make").args(["-s", "-C"]).arg(&gateway).arg("build/hello.cgi").status().unwrap();
+            assert!(made.success(), "make -C gateway build/hello.cgi");
+            gateway.join("build/hello.cgi")
+        })
+        .clone()
+}
+
+fn program(path: &Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn backends(tls: &str) -> Backends {
+    let site = common::site();
+    let (root, state) = (site.root.clone(), site.dir.path().join("state"));
+    let cgi = root.join("cgi-bin");
+    std::fs::create_dir_all(&cgi).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::copy(hello_cgi(), cgi.join("hello.cgi")).unwrap();
+    let printed = Command::new(cgi.join("hello.cgi")).output().unwrap().stdout;
+    let hello = printed[common::find(&printed, b"\n\n").expect("hello.cgi's head") + 2..].to_vec();
+    let env = "REQUEST_METHOD QUERY_STRING CONTENT_LENGTH SERVER_NAME";
+    program(
+        &cgi.join("env.pl"),
+        &format!("print \"Content-Type: text/plain\\r\\n\\r\\n\";\nfor my $n (qw({env})) {{ print \"$n=\" . ($ENV{{$n}} // '') . \"\\n\"; }}\n"),
+    );
+    program(
+        &cgi.join("env.py"),
+        &format!("import os, sys\nsys.stdout.write('Content-Type: text/plain\\n\\n')\nfor n in '{env}'.split():\n    sys.stdout.write(n + '=' + os.environ.get(n, '') + '\\n')\n"),
+    );
+    program(&cgi.join("echo.sh"), "#!/bin/sh\nprintf 'Content-Type: application/octet-stream\\n\\n'\nexec cat\n");
+    program(&cgi.join("local.sh"), "#!/bin/sh\nprintf 'Location: /small.txt\\n\\n'\n");
+    program(
+        &cgi.join("dies.sh"),
+        "#!/bin/sh\nprintf 'Content-Type: text/plain\\n\\npart of it'\nsleep 0.3\nkill -KILL $$\n",
+    );
+    // Record their pids (and a grandchild's), then hang or stream.
+    let spawn = format!("sleep 300 & echo $! > {st}/$1.child; echo $$ > {st}/$1.pid", st = state.display());
+    program(&cgi.join("hang.sh"), &format!("#!/bin/sh\nset -- hang\n{spawn}\nsleep 300\n"));
+    program(
+        &cgi.join("stream.sh"),
+        &format!("#!/bin/sh\nset -- stream\n{spawn}\nprintf 'Content-Type: text/plain\\n\\n'\nwhile :; do echo line; sleep 0.05; done\n"),
+    );
+    std::fs::write(root.join("teapot.php"), "<?php header('Status: 418 Teapot'); header('X-Php: yes'); echo 'tea';")
+        .unwrap();
+    std::fs::write(
+        root.join("echo.php"),
+        "<?php header('X-Length: ' . $_SERVER['CONTENT_LENGTH']); readfile('php://input');",
+    )
+    .unwrap();
+    // As many pooled connections as children: a kept connection holds one.
+    let fpm = common::php_fpm::PhpFpm::start(site.dir.path(), 4, "");
+
+    let upstream_root = site.dir.path().join("upstream");
+    std::fs::create_dir_all(upstream_root.join("proxied")).unwrap();
+    let proxied = common::pattern(300_000, 9);
+    std::fs::write(upstream_root.join("proxied/file.bin"), &proxied).unwrap();
+    let upstream = Tern::start(&upstream_root, "auto", "", &[]);
+
+    let config = format!(
+        "{tls}[http2]\nprotocols = [\"h2\", \"h2c\"]\n[limits]\nmax_body_bytes = \"4MiB\"\n[cgi]\ntimeout = \"2s\"\n\
+         [fastcgi.backends.php]\naddress = \"unix:{}\"\nextensions = [\".php\"]\nmax_connections = 4\n\
+         [upstream.app]\nservers = [{{ address = \"{}\" }}]\n\
+         [[site]]\nname = \"main\"\ndefault = true\nroot = \"{}\"\n\
+         [[site.location]]\nprefix = \"/proxied/\"\nproxy = \"app\"\n",
+        fpm.socket.display(),
+        upstream.addr,
+        root.display()
+    );
+    let tern = Tern::start(&root, "auto", &config, &[]);
+    Backends { site, state, hello, proxied, _fpm: fpm, _upstream: upstream, tern }
+}
+
+/// CGI (C, Perl, Python, sh), PHP and the proxy over one way in, exact;
+/// request bodies through CGI and PHP; a local redirect.
+fn check_backends(b: &Backends, via: &Via<'_>) {
+    let out = b.site.dir.path().join("out");
+    let (head, body) = via.curl("/cgi-bin/hello.cgi", &out, &[]);
+    assert_eq!((status(&head), &body[..]), (200, &b.hello[..]), "{head}");
+    assert_eq!(field(&head, "content-type"), Some("text/html; charset=utf-8"), "{head}");
+    assert!(field(&head, "connection").is_none() && field(&head, "transfer-encoding").is_none(), "{head}");
+    // `:authority` is the host the program is told of.
+    let host = match via {
+        Via::H2c(_) => "127.0.0.1",
+        Via::Tls(..) => "localhost",
+    };
+    for program in ["env.pl", "env.py"] {
+        let (head, body) = via.curl(&format!("/cgi-bin/{program}?a=1"), &out, &[]);
+        let text = String::from_utf8(body).unwrap();
+        assert_eq!(status(&head), 200, "{head}");
+        let expected = format!("REQUEST_METHOD=GET\nQUERY_STRING=a=1\nCONTENT_LENGTH=\nSERVER_NAME={host}\n");
+        assert_eq!(text, expected, "{program}");
+    }
+    // HEAD: the head alone (curl fails a body it did not expect).
+    let (head, _) = via.curl("/cgi-bin/hello.cgi", &out, &["-I"]);
+    assert_eq!(field(&head, "content-type"), Some("text/html; charset=utf-8"), "{head}");
+
+    let (head, body) = via.curl("/teapot.php", &out, &[]);
+    assert_eq!((status(&head), &body[..]), (418, &b"tea"[..]), "{head}");
+    assert_eq!(field(&head, "x-php"), Some("yes"), "{head}");
+
+    let (head, body) = via.curl("/proxied/file.bin", &out, &[]);
+    assert_eq!(status(&head), 200, "{head}");
+    assert_eq!(field(&head, "content-length"), Some(&*b.proxied.len().to_string()), "{head}");
+    assert!(body == b.proxied, "the proxied file differs: {} bytes of {}", body.len(), b.proxied.len());
+
+    // Bodies in: through a CGI program's stdin and PHP's input, back.
+    let upload = b.site.dir.path().join("upload");
+    let sent = common::pattern(1 << 20, 7);
+    std::fs::write(&upload, &sent).unwrap();
+    let data = format!("@{}", upload.display());
+    let (head, body) = via.curl("/cgi-bin/echo.sh", &out, &["--data-binary", &data]);
+    assert_eq!(status(&head), 200, "{head}");
+    assert!(body == sent, "the CGI echo differs: {} bytes of {}", body.len(), sent.len());
+    let (head, body) = via.curl("/echo.php", &out, &["--data-binary", &data]);
+    assert_eq!((status(&head), field(&head, "x-length")), (200, Some(&*sent.len().to_string())), "{head}");
+    assert!(body == sent, "the PHP echo differs: {} bytes of {}", body.len(), sent.len());
+
+    // A local redirect is answered in place, on the stream.
+    let (head, body) = via.curl("/cgi-bin/local.sh", &out, &[]);
+    assert_eq!((status(&head), body), (200, b.site.small.clone()), "{head}");
+}
+
+#[test]
+fn backends_answer_over_h2c_as_over_http1() {
+    let b = backends("");
+    check_backends(&b, &Via::H2c(b.tern.addr));
+}
+
+#[test]
+fn backends_answer_over_tls_as_over_http1() {
+    let site = common::site();
+    let (ca, tls) = pki(site.dir.path());
+    let b = backends(&tls);
+    check_backends(&b, &Via::Tls(https_addr(&b.tern), &ca));
+}
+
+/// `nghttp -ns` for `paths` on one connection (each `m` times): its
+/// statistics rows, `id responseEnd requestStart process code size path`.
+fn nghttp_rows(addr: SocketAddr, m: usize, paths: &[&str]) -> Vec<Vec<String>> {
+    let got = Command::new("nghttp")
+        .args(["-ns", "-t", "30", "-m", &m.to_string()])
+        .args(paths.iter().map(|p| format!("http://{addr}{p}")))
+        .output()
+        .expect("nghttp");
+    let text = String::from_utf8_lossy(&got.stdout);
+    text.lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .filter(|f| f.len() == 7 && f[0].parse::<u32>().is_ok())
+        .collect()
+}
+
+/// A row's `responseEnd` (`+1.23s`, `+456.7ms`, `+89us`).
+fn ended_after(row: &[String]) -> std::time::Duration {
+    let t = row[1].trim_start_matches('+');
+    let (n, unit) = t.split_at(t.find(|c: char| c.is_ascii_alphabetic()).unwrap());
+    let n: f64 = n.parse().unwrap();
+    std::time::Duration::from_secs_f64(match unit {
+        "s" => n,
+        "ms" => n / 1e3,
+        _ => n / 1e6,
+    })
+}
+
+#[test]
+fn twenty_cgi_streams_on_one_connection_are_all_answered() {
+    let b = backends("");
+    let rows = nghttp_rows(b.tern.addr, 20, &["/cgi-bin/hello.cgi", "/small.txt", "/teapot.php"]);
+    let answered = |path: &str, code: &str| rows.iter().filter(|f| f[6] == path && f[4] == code).count();
+    assert_eq!(answered("/cgi-bin/hello.cgi", "200"), 20, "{rows:?}");
+    assert_eq!(answered("/small.txt", "200"), 20, "{rows:?}");
+    assert_eq!(answered("/teapot.php", "418"), 20, "{rows:?}");
+    // Every CGI answer whole: the size of hello.cgi's (nghttp rounds it).
+    let sizes: std::collections::HashSet<&str> =
+        rows.iter().filter(|f| f[6] == "/cgi-bin/hello.cgi").map(|f| f[5].as_str()).collect();
+    assert_eq!(sizes.len(), 1, "{rows:?}");
+    let http2 = &b.tern.status()["http2"];
+    assert_eq!(http2["connections"], 1, "{http2}");
+}
+
+#[test]
+fn a_program_dying_mid_body_resets_its_stream_only() {
+    let b = backends("");
+    let got = Command::new("nghttp")
+        .args(["-v", "-t", "30"])
+        .args(["/cgi-bin/dies.sh", "/cgi-bin/hello.cgi", "/small.txt"].map(|p| format!("http://{}{p}", b.tern.addr)))
+        .output()
+        .expect("nghttp");
+    let text = String::from_utf8_lossy(&got.stdout);
+    // Streams 13, 15, 17 (nghttp's first is 13): the first reset by the
+    // server, the others ended with their whole bodies.
+    let reset = text.lines().position(|l| l.contains("recv RST_STREAM frame") && l.contains("stream_id=13"));
+    let reset = reset.unwrap_or_else(|| panic!("no RST_STREAM for the program's stream: {text}"));
+    assert!(text.lines().nth(reset + 1).is_some_and(|l| l.contains("INTERNAL_ERROR")), "{text}");
+    for id in [15, 17] {
+        let ended = format!("flags=0x01, stream_id={id}>");
+        assert!(text.lines().any(|l| l.contains("recv DATA frame") && l.contains(&ended)), "stream {id}: {text}");
+        assert!(!text.contains(&format!("RST_STREAM frame <length=4, flags=0x00, stream_id={id}>")), "{text}");
+    }
+}
+
+#[test]
+fn a_hanging_program_is_504_on_its_stream_while_another_is_served() {
+    let b = backends("");
+    let rows = nghttp_rows(b.tern.addr, 1, &["/cgi-bin/hang.sh", "/cgi-bin/hello.cgi", "/small.txt"]);
+    let row = |path: &str| rows.iter().find(|f| f[6] == path).unwrap_or_else(|| panic!("{path}: {rows:?}"));
+    let hang = row("/cgi-bin/hang.sh");
+    assert_eq!(hang[4], "504", "{rows:?}");
+    let waited = ended_after(hang);
+    assert!(waited >= std::time::Duration::from_secs(2) && waited < std::time::Duration::from_secs(5), "{rows:?}");
+    for other in ["/cgi-bin/hello.cgi", "/small.txt"] {
+        let r = row(other);
+        assert_eq!(r[4], "200", "{rows:?}");
+        assert!(ended_after(r) < std::time::Duration::from_secs(1), "{other} waited for the hanging one: {rows:?}");
+    }
+    let pids = ["hang.pid", "hang.child"].map(|f| read_pid(&b.state.join(f)));
+    wait_gone(&pids);
+    assert_eq!(b.tern.status()["cgi"]["timeouts"], 1);
+}
+
+/// The pid a program wrote to `path`.
+fn read_pid(path: &Path) -> i32 {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()) {
+            return pid;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "{} never written", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` runs (a zombie does not: it waits to be reaped).
+fn running(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !stat.is_empty() && !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z')
+}
+
+fn wait_gone(pids: &[i32]) {
+    let start = std::time::Instant::now();
+    while pids.iter().any(|&p| running(p) || std::path::Path::new(&format!("/proc/{p}")).exists()) {
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "processes {pids:?} still there");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Reads one frame: its type, flags, stream and payload.
+fn read_frame(s: &mut std::net::TcpStream) -> (u8, u8, u32, Vec<u8>) {
+    let mut head = [0; 9];
+    s.read_exact(&mut head).expect("a frame");
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes(head[5..9].try_into().unwrap()) & 0x7fff_ffff;
+    let mut payload = vec![0; len];
+    s.read_exact(&mut payload).unwrap();
+    (head[3], head[4], stream, payload)
+}
+
+#[test]
+fn a_stream_reset_by_the_client_kills_its_program() {
+    use std::io::Write;
+    let b = backends("");
+    let fds = |pid: i32| std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    let before = fds(b.tern.pid());
+    let mut s = std::net::TcpStream::connect(b.tern.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut hello = common::h2::preface();
+    hello.extend(frame(1, 0x5, 1, b"\x82\x86\x04\x12/cgi-bin/stream.sh\x41\x09localhost"));
+    s.write_all(&hello).unwrap();
+    // Its head (`200`, indexed) and a line of its body, then the stream
+    // is cancelled.
+    let mut frames = Vec::new();
+    while !frames.iter().any(|(kind, _)| *kind == 0) {
+        let (kind, flags, stream, payload) = read_frame(&mut s);
+        if kind == 4 && flags & 1 == 0 {
+            s.write_all(&frame(4, 1, 0, b"")).unwrap();
+        }
+        if stream == 1 {
+            frames.push((kind, payload));
+        }
+    }
+    assert_eq!(frames[0].0, 1, "HEADERS first: {frames:?}");
+    assert_eq!(frames[0].1.first(), Some(&0x88), "not a 200: {frames:?}");
+    assert!(frames[1].1.starts_with(b"line\n"), "{frames:?}");
+    let pids = ["stream.pid", "stream.child"].map(|f| read_pid(&b.state.join(f)));
+    s.write_all(&frame(3, 0, 1, &8u32.to_be_bytes())).unwrap();
+    wait_gone(&pids);
+    // The connection goes on: another stream is answered.
+    s.write_all(&frame(1, 0x5, 3, b"\x82\x86\x04\x0a/small.txt\x41\x09localhost")).unwrap();
+    let answered = loop {
+        let (kind, _, stream, payload) = read_frame(&mut s);
+        if kind == 1 && stream == 3 {
+            break payload;
+        }
+    };
+    assert_eq!(answered.first(), Some(&0x88), "not a 200: {answered:?}");
+    drop(s);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(fds(b.tern.pid()) <= before + 1, "descriptors: {before} before, {} after", fds(b.tern.pid()));
+    assert_eq!(b.tern.status()["cgi"]["running"], 0);
+}

@@ -9,7 +9,8 @@
 //!
 //! It measures and decides; the answer to a stalled request is
 //! `answer.rs`'s, the socket's reader is measured by the transport, and a
-//! backend's deadline is its job's (`relay.rs`).
+//! backend's deadline is its job's (`relay.rs`; an HTTP/2 stream's,
+//! `stream_relay.rs`).
 
 use std::time::{Duration, Instant};
 
@@ -58,13 +59,22 @@ impl Conn {
 
     /// Called about once a second: enforces the phase's deadline.
     pub fn on_tick(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Status {
-        if self.timer.clock == Clock::Backend {
+        let session = self.phase == Phase::Session;
+        if session && self.stream_jobs_tick(shared, w) == Status::Closed {
+            return Status::Closed;
+        }
+        if self.timer.clock == Clock::Backend && !session {
             return self.backend_tick(shared, w);
         }
         if w.closing() && self.phase == Phase::Session && self.drive(shared, w) == Status::Closed {
             // An HTTP/2 client is told (`GOAWAY`) before its idle
             // connection closes under it.
             return Status::Closed;
+        }
+        if self.timer.clock == Clock::Backend {
+            // An HTTP/2 connection waiting for its streams' backends alone:
+            // their deadlines are theirs (looked at above).
+            return Status::Open;
         }
         let t = &w.config.timeouts;
         let (base, min_rate) = match self.timer.clock {

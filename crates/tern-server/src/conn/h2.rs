@@ -46,6 +46,8 @@ use crate::http2::Http2;
 use crate::offload::Ticket;
 use crate::spool::Spool;
 
+use super::backend::Backend;
+
 /// The preface a client opens an HTTP/2 connection with (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -156,6 +158,11 @@ pub(super) struct Stream {
     pub(super) out: OutQueue,
     /// The file its answer needs, being opened in the I/O pool.
     pub(super) opening: Option<Arc<Ticket>>,
+    /// The backend (CGI program, FastCGI exchange, proxied request)
+    /// answering it, while it runs: its body is still to come.
+    pub(super) backend: Option<Box<Backend>>,
+    /// Local redirects followed for its request.
+    pub(super) redirects: u8,
     /// The stream is gone: answered whole, or reset by either side.
     done: bool,
 }
@@ -163,7 +170,36 @@ pub(super) struct Stream {
 impl Stream {
     /// Whether its request waits to be answered.
     fn ready(&self) -> bool {
-        !self.done && self.respond.is_some() && self.body != Body::Arriving && self.opening.is_none()
+        !self.done
+            && self.respond.is_some()
+            && self.body != Body::Arriving
+            && self.opening.is_none()
+            && self.backend.is_none()
+    }
+
+    /// Whether its response head has been handed to the session.
+    pub(super) fn answered(&self) -> bool {
+        self.respond.is_none()
+    }
+
+    /// Whether it is gone (answered whole, or reset by either side).
+    pub(super) fn done(&self) -> bool {
+        self.done
+    }
+
+    /// Notes a reset by the client of a stream whose backend runs: its
+    /// answer is not asked for again until the backend has more, and the
+    /// job must not run for nobody meanwhile.
+    fn watch_reset(&mut self, cx: &mut Context<'_>) {
+        if self.backend.is_none() || self.done {
+            return;
+        }
+        let reset = match (&mut self.respond, &mut self.send) {
+            (Some(respond), _) => respond.poll_reset(cx).is_ready(),
+            (None, Some(send)) => send.poll_reset(cx).is_ready(),
+            (None, None) => false,
+        };
+        self.done |= reset;
     }
 }
 
@@ -236,6 +272,24 @@ impl Session {
         self.streams.is_empty()
     }
 
+    /// Whether it waits for backends alone: one relays, and no stream has
+    /// output the client has yet to take.
+    pub(super) fn awaits_backends(&self) -> bool {
+        self.streams.iter().any(|s| s.backend.is_some()) && self.streams.iter().all(|s| s.out.is_empty())
+    }
+
+    /// Hands the backends of streams that are gone (every one, once the
+    /// connection is over) to `abandon`; the streams go with them.
+    pub(super) fn drop_gone(&mut self, mut abandon: impl FnMut(Box<Backend>)) {
+        let ended = self.ended();
+        for s in self.streams.iter_mut().filter(|s| ended || s.done) {
+            if let Some(b) = s.backend.take() {
+                abandon(b);
+            }
+        }
+        self.streams.retain(|s| !s.done || s.opening.is_some());
+    }
+
     /// Says `GOAWAY` (the server stops): streams already open are
     /// finished, no new one is accepted.
     pub(super) fn go_away(&mut self) {
@@ -269,7 +323,7 @@ impl Session {
     pub(super) fn respond(&mut self, i: usize, head: http::Response<()>) {
         let s = &mut self.streams[i];
         let Some(mut respond) = s.respond.take() else { return };
-        let end = s.out.is_empty();
+        let end = s.out.is_empty() && s.backend.is_none();
         match respond.send_response(head, end) {
             Ok(send) if !end => s.send = Some(send),
             _ => s.done = true,
@@ -301,10 +355,12 @@ impl Session {
             for s in &mut self.streams {
                 receive(s, &mut cx, lent);
                 room = room.saturating_sub(send(s, &mut cx, room));
+                s.watch_reset(&mut cx);
             }
             // One waiting for the pool stays until its ticket is taken
-            // back (its descriptor is watched).
-            self.streams.retain(|s| !s.done || s.opening.is_some());
+            // back (its descriptor is watched), one whose backend runs
+            // until the connection ends the job (`drop_gone`).
+            self.streams.retain(|s| !s.done || s.opening.is_some() || s.backend.is_some());
             if let Err(e) = result {
                 self.state = State::Ended;
                 return Err(e);
@@ -341,6 +397,8 @@ impl Session {
                         send: None,
                         out: (lent.out)(),
                         opening: None,
+                        backend: None,
+                        redirects: 0,
                         done: false,
                     });
                 }
@@ -393,16 +451,28 @@ fn receive(s: &mut Stream, cx: &mut Context<'_>, lent: &Lent<'_>) {
 }
 
 /// Hands stream `s`'s response body to the crate as its windows allow, at
-/// most `room` bytes; returns how many it handed.
+/// most `room` bytes; returns how many it handed. While its backend runs,
+/// an empty queue is a pause, not the end.
 fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> usize {
     let Some(send) = s.send.as_mut() else { return 0 };
     let mut sent = 0;
-    while sent < room {
+    loop {
         let left = s.out.queued() as usize;
+        if left == 0 {
+            if s.backend.is_none() {
+                // The backend ended after all its bytes were handed.
+                let _ = send.send_data(Bytes::new(), true);
+                s.done = true;
+            }
+            break;
+        }
+        if sent >= room {
+            break;
+        }
         send.reserve_capacity(left.min(DATA_CHUNK));
-        // What was granted before and left unused (the room ran out) comes
-        // first: `poll_capacity` says only when the capacity grows, and
-        // waiting for that would stall the stream for good.
+        // Capacity granted before and not used up (the connection's room
+        // ran out, or a backend's body had no more yet) is not announced
+        // again: `poll_capacity` tells of increases only.
         let granted = match send.capacity() {
             0 => match send.poll_capacity(cx) {
                 Poll::Ready(Some(Ok(n))) if n > 0 => n,
@@ -423,7 +493,7 @@ fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> usize {
             }
         };
         sent += bytes.len();
-        let end = s.out.is_empty();
+        let end = s.out.is_empty() && s.backend.is_none();
         if send.send_data(Bytes::from(bytes), end).is_err() || end {
             s.done = true;
             break;

@@ -25,6 +25,9 @@
 //!   body (phases `Head`, `Body`); `request_body.rs`, the body's decoder;
 //! - `answer.rs`: handing a request to the site and queueing its answer;
 //! - `relay.rs`: a backend's output relayed as the response (`Backend`);
+//!   `backend.rs`, what is kept of a request a backend answers;
+//! - `h2.rs`, `streams.rs`, `stream_relay.rs`: HTTP/2 — the session, its
+//!   streams answered through the exchange, their backends (`Session`);
 //! - `send.rs`: writing the queue, what follows, the end (`Send`,
 //!   `Linger`);
 //! - `waiting.rs`: waiting for the I/O pool (`Wait`);
@@ -50,6 +53,7 @@ use crate::tls::Role;
 use crate::worker::{Wait, Worker};
 
 mod answer;
+mod backend;
 mod deadline;
 mod h2;
 mod records;
@@ -59,6 +63,7 @@ mod request_body;
 mod send;
 mod stages;
 mod state;
+mod stream_relay;
 mod streams;
 mod transport;
 mod waiting;
@@ -154,16 +159,18 @@ impl Conn {
     }
 
     /// What a blocking engine waits for: the socket's directions not known
-    /// to be ready, and the backend's descriptor while one runs.
-    pub fn waits(&self) -> (Wait, Option<(BorrowedFd<'_>, Wait)>) {
-        (self.io.waits(), self.backend.as_ref().and_then(|b| b.job.wait()))
+    /// to be ready, and the backends' descriptors while they run (the
+    /// connection's one, or its HTTP/2 streams').
+    pub fn waits(&self) -> (Wait, impl Iterator<Item = (BorrowedFd<'_>, Wait)>) {
+        let streams = self.h2.iter().flat_map(|s| s.streams.iter()).filter_map(|s| s.backend.as_ref());
+        (self.io.waits(), self.backend.iter().chain(streams).filter_map(|b| b.job.wait()))
     }
 
     /// Whether it waits on its socket alone (no backend runs): a
     /// thread-pool engine leaves such a connection to its epoll set rather
     /// than block a thread on it.
     pub fn waits_on_socket_only(&self) -> bool {
-        self.backend.is_none()
+        self.backend.is_none() && !self.h2.as_ref().is_some_and(|s| s.streams.iter().any(|s| s.backend.is_some()))
     }
 
     /// The socket may have become readable and/or writable; `read_closed`
@@ -274,6 +281,8 @@ impl Conn {
     ) -> Status {
         if let Some(b) = self.backend.as_mut() {
             b.job.on_ready(readable, writable, closed);
+        } else if self.phase == Phase::Session {
+            self.tell_stream_jobs();
         }
         self.proceed(shared, w)
     }
@@ -286,6 +295,7 @@ impl Conn {
         if let Some(b) = self.backend.as_mut() {
             b.job.on_ready(true, false, false);
         }
+        self.ring_stream_jobs();
         self.proceed(shared, w)
     }
 

@@ -11,6 +11,7 @@
 use tern_http::request::{parse_head, Head, Request, Version, MAX_HEADERS};
 use tern_http::Method;
 
+use crate::body::OutQueue;
 use crate::error_log::{log, Level};
 use crate::reply::{Params, Reply};
 use crate::shared::Shared;
@@ -20,7 +21,8 @@ use crate::spool::Spool;
 use crate::worker::Worker;
 
 use super::answer::Answered;
-use super::state::{Backend, Clock, Conn, Phase, Status};
+use super::backend::Backend;
+use super::state::{Clock, Conn, Phase, Status};
 use super::transport::Fill;
 
 /// Who answers a backend's request: the location's dressing and the site.
@@ -40,31 +42,110 @@ impl Backend {
             head_only: self.head_only,
             http10: self.http10,
             keep_alive,
+            stream: self.stream,
             dressing: self.dressing.as_ref(),
         }
+    }
+
+    /// Moves the job on, queueing its response into `out` (the
+    /// connection's queue, or its stream's); a CGI program that closed its
+    /// output has its exit watched as connection `key`'s.
+    pub(super) fn pump(
+        &mut self,
+        w: &Worker<'_>,
+        key: usize,
+        out: &mut OutQueue,
+        fields: &[u8],
+        keep_alive: bool,
+    ) -> Pump {
+        // The job apart from what shapes its head, borrowed side by side.
+        let Backend { job, head_only, http10, stream, dressing, .. } = self;
+        let params = Params {
+            date: w.date.http(),
+            server: &w.config.server_header,
+            fields,
+            head_only: *head_only,
+            http10: *http10,
+            keep_alive,
+            stream: *stream,
+            dressing: dressing.as_ref(),
+        };
+        let pump = job.pump(out, &params, w.config.pipe_buffer, w);
+        if let Pump::AwaitExit = pump {
+            if let Some(fd) = job.exit_fd() {
+                if let Err(err) = w.watcher.watch(key, fd) {
+                    log!(Level::Error, "cannot watch a CGI program's exit: {err}");
+                }
+            }
+        }
+        pump
+    }
+
+    /// Ends the job (`abandon`: kill the program, close the FastCGI
+    /// connection), off the worker's count of running jobs.
+    pub(super) fn end(&mut self, w: &mut Worker<'_>, abandon: bool) {
+        // Saturating: a connection may end on another thread than the
+        // one it started on (the count only steers busy polling).
+        w.backend_jobs = w.backend_jobs.saturating_sub(1);
+        self.job.end(w, abandon);
+    }
+
+    /// Queues the error page of `status` into `out` in place of whatever
+    /// was queued of the response; returns its body's length.
+    pub(super) fn error_page(
+        &self,
+        w: &Worker<'_>,
+        out: &mut OutQueue,
+        fields: &[u8],
+        keep_alive: bool,
+        status: u16,
+    ) -> u64 {
+        out.clear();
+        let params = self.params(w, fields, keep_alive);
+        let mut reply = Reply::with(out, &params);
+        reply.error(status);
+        reply.finish();
+        reply.body_len
     }
 }
 
 impl Conn {
-    /// Hands the rest of the answer to a started backend.
-    pub(super) fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, mut job: Job, answerer: Answerer) {
-        w.stats.requests.incr();
+    /// Takes on `job`, started by the site for `req`: its descriptor
+    /// watched as this connection's, counted; `line` is its request line
+    /// as the access log shows it; `stream`: answered on an HTTP/2 stream.
+    pub(super) fn take_job(
+        &self,
+        w: &mut Worker<'_>,
+        req: &Request<'_>,
+        line: String,
+        mut job: Job,
+        answerer: Answerer,
+        stream: bool,
+    ) -> Box<Backend> {
         if let Err(err) = job.watch(self.key, w) {
             log!(Level::Error, "cannot watch a backend's descriptor: {err}");
         }
         let owned = |v: Option<&[u8]>| v.map(<[u8]>::to_vec);
         w.backend_jobs += 1;
-        self.backend = Some(Box::new(Backend {
+        Box::new(Backend {
             job,
-            request_line: req.request_line.to_string(),
+            request_line: line,
             referer: owned(req.fields.referer),
             user_agent: owned(req.fields.user_agent),
             host: req.host.unwrap_or("localhost").to_string(),
             head_only: req.method == Method::Head,
             http10: req.version == Version::Http10,
+            stream,
             dressing: answerer.0,
             site: answerer.1,
-        }));
+        })
+    }
+
+    /// Hands the rest of the answer to a started backend.
+    pub(super) fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, job: Job, answerer: Answerer) {
+        w.stats.requests.incr();
+        let line = req.request_line.to_string();
+        self.backend = Some(self.take_job(w, req, line, job, answerer, false));
         self.phase = Phase::Backend;
         self.set_clock(Clock::Backend, w);
     }
@@ -73,26 +154,9 @@ impl Conn {
     /// to return, or `None` to keep driving.
     pub(super) fn pump(&mut self, shared: &Shared, w: &mut Worker<'_>) -> Option<Status> {
         let b = self.backend.as_mut().expect("backend phase without a backend");
-        // The job apart from what shapes its head, borrowed side by side.
-        let Backend { job, head_only, http10, dressing, .. } = &mut **b;
-        let params = Params {
-            date: w.date.http(),
-            server: &w.config.server_header,
-            fields: self.io.fields(),
-            head_only: *head_only,
-            http10: *http10,
-            keep_alive: self.keep_alive,
-            dressing: dressing.as_ref(),
-        };
-        match job.pump(&mut self.out, &params, w.config.pipe_buffer, w) {
-            Pump::Wait => None,
-            Pump::Progress => None,
+        match b.pump(w, self.key, &mut self.out, self.io.fields(), self.keep_alive) {
+            Pump::Wait | Pump::Progress => None,
             Pump::AwaitExit => {
-                if let Some(fd) = job.exit_fd() {
-                    if let Err(err) = w.watcher.watch(self.key, fd) {
-                        log!(Level::Error, "cannot watch a CGI program's exit: {err}");
-                    }
-                }
                 // A program that closed its output has a moment to exit.
                 self.set_clock(Clock::Exit, w);
                 None
@@ -100,8 +164,7 @@ impl Conn {
             Pump::Done { keep_alive } => {
                 self.keep_alive &= keep_alive;
                 let b = self.end_backend(w, false);
-                let r = b.job.response();
-                self.log_backend(w, &b, r.status, r.body_bytes);
+                self.log_done(w, &b);
                 self.phase = Phase::Send;
                 self.set_clock(Clock::Send, w);
                 None
@@ -155,14 +218,10 @@ impl Conn {
         }
     }
 
-    /// Detaches the backend and ends its job (`abandon`: kill the program,
-    /// close the FastCGI connection).
+    /// Detaches the backend and ends its job ([`Backend::end`]).
     fn end_backend(&mut self, w: &mut Worker<'_>, abandon: bool) -> Box<Backend> {
         let mut b = self.backend.take().expect("a backend to end");
-        // Saturating: a connection may end on another thread than the
-        // one it started on (the count only steers busy polling).
-        w.backend_jobs = w.backend_jobs.saturating_sub(1);
-        b.job.end(w, abandon);
+        b.end(w, abandon);
         b
     }
 
@@ -175,18 +234,19 @@ impl Conn {
 
     /// Answers `status` for a backend that failed before its head was sent.
     fn backend_error(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16) {
-        self.out.clear();
-        let params = b.params(w, self.io.fields(), self.keep_alive);
-        let mut reply = Reply::with(&mut self.out, &params);
-        reply.error(status);
-        reply.finish();
-        let body_len = reply.body_len;
+        let body_len = b.error_page(w, &mut self.out, self.io.fields(), self.keep_alive, status);
         self.log_backend(w, b, status, body_len);
         self.phase = Phase::Send;
         self.set_clock(Clock::Send, w);
     }
 
-    fn log_backend(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
+    /// Logs the response a backend completed.
+    pub(super) fn log_done(&mut self, w: &mut Worker<'_>, b: &Backend) {
+        let r = b.job.response();
+        self.log_backend(w, b, r.status, r.body_bytes);
+    }
+
+    pub(super) fn log_backend(&mut self, w: &mut Worker<'_>, b: &Backend, status: u16, bytes: u64) {
         let (referer, user_agent) = (b.referer.as_deref(), b.user_agent.as_deref());
         let line = b.request_line.as_bytes();
         self.log_answer(w, Answered { site: b.site, line, status, bytes, referer, user_agent });
@@ -194,9 +254,7 @@ impl Conn {
 
     /// Answers `GET location` in place of the program's response.
     fn local_redirect(&mut self, shared: &Shared, w: &mut Worker<'_>, b: &Backend, location: &[u8]) {
-        self.redirects += 1;
-        if self.redirects > MAX_LOCAL_REDIRECTS {
-            log!(Level::Warn, "{}: more than {MAX_LOCAL_REDIRECTS} local redirects", self.peers.peer);
+        if !may_redirect(&mut self.redirects, self.peers.peer) {
             return self.backend_error(w, b, 500);
         }
         let mut raw = Vec::with_capacity(location.len() + b.host.len() + 64);
@@ -239,4 +297,15 @@ impl Conn {
         self.backend_error(w, &b, status);
         self.drive(shared, w)
     }
+}
+
+/// Counts a local redirect in `count` (those followed for the request, by
+/// `peer`); whether it may be followed (else `500`).
+pub(super) fn may_redirect(count: &mut u8, peer: std::net::SocketAddr) -> bool {
+    *count += 1;
+    if *count > MAX_LOCAL_REDIRECTS {
+        log!(Level::Warn, "{peer}: more than {MAX_LOCAL_REDIRECTS} local redirects");
+        return false;
+    }
+    true
 }

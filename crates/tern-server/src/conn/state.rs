@@ -12,12 +12,11 @@ use std::time::Instant;
 
 use crate::body::OutQueue;
 use crate::offload::Ticket;
-use crate::reply::Dressing;
 use crate::service_records::Stage;
-use crate::site::backend::Job;
 use crate::site::Peers;
 use crate::spool::Spool;
 
+use super::backend::Backend;
 use super::h2::Session;
 use super::records::Records;
 use super::request_body::BodyReader;
@@ -75,22 +74,6 @@ pub(super) struct Timer {
     /// Bytes moved since `start`: each extends the deadline by
     /// `1 / min_rate` seconds.
     pub(super) bytes: u64,
-}
-
-/// A request being answered by a backend, with what its log line needs
-/// (the request buffer is gone by the time the answer ends).
-pub(super) struct Backend {
-    pub(super) job: Job,
-    pub(super) request_line: String,
-    pub(super) referer: Option<Vec<u8>>,
-    pub(super) user_agent: Option<Vec<u8>>,
-    pub(super) host: String,
-    pub(super) head_only: bool,
-    pub(super) http10: bool,
-    /// The answering location's dressing of its response.
-    pub(super) dressing: Option<Arc<Dressing>>,
-    /// The site that answers (`Reply::site`).
-    pub(super) site: Option<u32>,
 }
 
 /// Work in the I/O pool a connection waits for.

@@ -14,8 +14,10 @@
 //!
 //! A stream whose file is being opened in the I/O pool waits for it as a
 //! request does (its ticket's signal watched as the connection's second
-//! descriptor), while the others go on. Not yet over HTTP/2: a backend's
-//! answer (CGI, FastCGI, proxy), which is `501`.
+//! descriptor), while the others go on; so does a stream a backend (CGI,
+//! FastCGI, proxy) answers, relayed by `stream_relay.rs`. Not over
+//! HTTP/2: tunnels (WebSocket through the proxy) — RFC 8441's extended
+//! `CONNECT` is not offered, and the crate refuses `Upgrade`.
 
 use tern_http::request::{parse_head, Head, MAX_HEADERS};
 
@@ -98,13 +100,17 @@ impl Conn {
             }
             self.resume_streams(shared, w, session);
             let failed = loop {
+                let relayed = self.relay_streams(w, session);
                 let room = MAX_GATHERED.saturating_sub(self.out.queued()) as usize;
                 let run = session.run(&lent, room);
+                self.end_abandoned(w, session);
                 session.drain(&mut self.out.buf);
                 self.out.commit_buf();
                 match (run, session.next_ready()) {
                     (Err(e), _) => break Some(e),
                     (Ok(()), Some(i)) => self.answer_stream(shared, w, session, i),
+                    // Their bytes sent, the jobs may have more room.
+                    (Ok(()), None) if relayed => {}
                     (Ok(()), None) => break None,
                 }
             };
@@ -112,10 +118,16 @@ impl Conn {
                 log!(Level::Debug, "{}: HTTP/2 connection ended: {e}", self.peers.peer);
                 w.stats.h2_errors.incr();
             }
-            // Idle between streams (`timeouts.keepalive`); while streams
-            // are open, data must move at `timeouts.send_min_rate` either
-            // way — a client that never opens its window is a slow reader.
-            let clock = if session.idle() && self.out.is_empty() { Clock::Idle } else { Clock::Send };
+            // Idle between streams (`timeouts.keepalive`); waiting for
+            // backends alone, their own deadlines (`stream_relay.rs`);
+            // else data must move at `timeouts.send_min_rate` either way —
+            // a client that never opens its window is a slow reader.
+            let clock = match (session.idle(), session.awaits_backends()) {
+                _ if !self.out.is_empty() => Clock::Send,
+                (true, _) => Clock::Idle,
+                (false, true) => Clock::Backend,
+                (false, false) => Clock::Send,
+            };
             if self.timer.clock != clock {
                 self.set_clock(clock, w);
             }
@@ -176,10 +188,17 @@ impl Conn {
     }
 
     /// Stops watching the tickets of streams waiting for the I/O pool (the
-    /// connection ends; the pool finishes their tasks for nobody).
-    pub(super) fn forget_streams(&self, w: &Worker<'_>) {
-        for (_, ticket) in self.h2.iter().flat_map(|s| s.opening()) {
+    /// connection ends; the pool finishes their tasks for nobody), and
+    /// abandons the streams' backends.
+    pub(super) fn forget_streams(&mut self, w: &mut Worker<'_>) {
+        let Some(mut session) = self.h2.take() else { return };
+        for (_, ticket) in session.opening() {
             let _ = w.watcher.unwatch(ticket.fd());
+        }
+        for s in &mut session.streams {
+            if let Some(mut b) = s.backend.take() {
+                b.end(w, true);
+            }
         }
     }
 
@@ -215,10 +234,11 @@ impl Conn {
                                 }
                             }
                         },
-                        Answer::Backend(mut job) => {
-                            job.end(w, true);
-                            log!(Level::Info, "{}: a backend's answer is not relayed over HTTP/2", self.peers.peer);
-                            break (stream_error(s, w, self.io.fields(), 501), 0, done.site);
+                        Answer::Backend(job) => {
+                            // Answered as it comes (`stream_relay.rs`).
+                            s.backend = Some(self.take_job(w, &req, line, job, (done.dressing, done.site), true));
+                            self.count_stream(w);
+                            return;
                         }
                     }
                 }
@@ -227,16 +247,24 @@ impl Conn {
             Ok(Head::Partial { .. }) => (stream_error(s, w, self.io.fields(), 400), 0, None),
             Err(err) => (stream_error(s, w, self.io.fields(), err.status().unwrap_or(400)), 0, None),
         };
-        self.records.start(w);
-        self.requests += 1;
-        w.stats.requests.incr();
-        w.stats.h2_streams.incr();
+        self.count_stream(w);
         let line = line.as_bytes();
         self.log_answer(w, Answered { site, line, status, bytes, referer, user_agent });
         match framed_head(&mut s.out) {
             Some(head) => session.respond(i, head),
             None => session.reset(i),
         }
+    }
+}
+
+impl Conn {
+    /// Counts a stream's request, as it is answered (or its backend
+    /// starts).
+    fn count_stream(&mut self, w: &mut Worker<'_>) {
+        self.records.start(w);
+        self.requests += 1;
+        w.stats.requests.incr();
+        w.stats.h2_streams.incr();
     }
 }
 
@@ -301,7 +329,7 @@ fn field(head: &mut Vec<u8>, name: &str, value: &[u8]) {
 /// The head `Reply` wrote at the front of `out`, taken off it as an
 /// HTTP/2 response: its status and fields, but HTTP/1.1's connection
 /// fields. `None` when it is not a head (nothing was answered).
-fn framed_head(out: &mut OutQueue) -> Option<http::Response<()>> {
+pub(super) fn framed_head(out: &mut OutQueue) -> Option<http::Response<()>> {
     out.commit_buf();
     let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_FIELDS];
     let mut parsed = httparse::Response::new(&mut fields);

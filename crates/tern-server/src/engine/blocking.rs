@@ -18,7 +18,8 @@ use crate::error_log::{self, log};
 use crate::metrics::Ending;
 use crate::service_records::Stage;
 use crate::shared::Shared;
-use crate::worker::{Wait, Watcher, Worker};
+use crate::sys::{self, Polled};
+use crate::worker::{Watcher, Worker};
 
 use super::front;
 
@@ -200,64 +201,32 @@ pub fn serve(
     }
 }
 
-/// What `poll(2)` reported for one descriptor.
-#[derive(Clone, Copy)]
-struct Ready {
-    readable: bool,
-    writable: bool,
-    read_closed: bool,
-    hangup: bool,
-}
-
 /// Waits (up to `timeout`) for what `conn` waits for, or the bell; returns
-/// what the socket and the backend's descriptor reported.
+/// what the socket and the backends' descriptors reported (those of an
+/// HTTP/2 connection's streams as one: the connection asks each again).
 fn wait(
     conn: &Conn,
     bell: Option<&Bell>,
     hung_up: bool,
     timeout: Duration,
-) -> io::Result<(Option<Ready>, Option<Ready>)> {
-    let (sock, backend) = conn.waits();
+) -> io::Result<(Option<Polled>, Option<Polled>)> {
+    let (sock, backends) = conn.waits();
     // An entry with descriptor -1 is skipped by poll(2).
     let entry = |fd: Option<RawFd>, events: libc::c_short| libc::pollfd { fd: fd.unwrap_or(-1), events, revents: 0 };
-    let mut fds = [
+    let mut fds = vec![
         // The socket is watched for a reset (reported whatever is asked)
         // until one is reported.
-        entry((sock.any() || !hung_up).then(|| conn.socket().as_raw_fd()), interest(sock)),
-        entry(backend.map(|(fd, _)| fd.as_raw_fd()), backend.map_or(0, |(_, want)| interest(want))),
+        entry((sock.any() || !hung_up).then(|| conn.socket().as_raw_fd()), sock.poll_events()),
         entry(bell.map(|b| b.0.as_raw_fd()), libc::POLLIN),
     ];
+    fds.extend(backends.map(|(fd, want)| entry(Some(fd.as_raw_fd()), want.poll_events())));
     let ms = libc::c_int::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
     // SAFETY: `fds` is a valid array of pollfd of the length passed.
     if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) } < 0 {
         let e = io::Error::last_os_error();
         return if e.kind() == io::ErrorKind::Interrupted { Ok((None, None)) } else { Err(e) };
     }
-    let report = |fd: &libc::pollfd| (fd.revents != 0).then(|| ready(fd.revents));
-    Ok((report(&fds[0]), report(&fds[1])))
-}
-
-fn interest(want: Wait) -> libc::c_short {
-    let mut events = 0;
-    if want.read {
-        events |= libc::POLLIN | libc::POLLRDHUP;
-    }
-    if want.write {
-        events |= libc::POLLOUT;
-    }
-    events
-}
-
-/// The readiness the event engine reads from epoll, from poll's flags.
-fn ready(r: libc::c_short) -> Ready {
-    let error = r & (libc::POLLERR | libc::POLLNVAL) != 0;
-    let hup = r & libc::POLLHUP != 0;
-    let read_closed = hup || r & libc::POLLRDHUP != 0;
-    let write_closed = hup || error;
-    Ready {
-        readable: r & (libc::POLLIN | libc::POLLPRI) != 0 || error,
-        writable: r & libc::POLLOUT != 0 || write_closed,
-        read_closed,
-        hangup: error || hup,
-    }
+    let report = |fd: &libc::pollfd| (fd.revents != 0).then(|| sys::polled(fd.revents));
+    let backend = fds[2..].iter().filter_map(report).reduce(Polled::or);
+    Ok((report(&fds[0]), backend))
 }

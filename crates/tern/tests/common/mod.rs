@@ -5,6 +5,7 @@
 pub mod chromium;
 pub mod h2;
 pub mod lab;
+pub mod php_fpm;
 pub mod tls;
 pub mod upstream;
 

@@ -619,7 +619,8 @@ impl Running {
         };
         let waits = !r.head_only
             && match framing {
-                Framing::Chunked => true,
+                // A cut can still be told: no last chunk, a reset stream.
+                Framing::Chunked | Framing::Stream => true,
                 Framing::Length(_) => remaining == 0 && r.held.is_some(),
                 Framing::Close => false,
             };
@@ -741,7 +742,8 @@ impl Response {
             out.buf.extend_from_slice(&head);
             out.commit_buf();
             self.body_bytes += head.len() as u64;
-            self.output = Output::Body(Framing::Close, 0);
+            let framing = if params.stream { Framing::Stream } else { Framing::Close };
+            self.output = Output::Body(framing, 0);
             return Pump::Progress;
         }
         let Some(ends) = find_head_end(&head) else {
@@ -912,6 +914,8 @@ impl Response {
                 }
                 remaining == 0
             }
+            // The stream ends cleanly; the connection stays.
+            Framing::Stream => true,
             Framing::Close => false,
         };
         Pump::Done { keep_alive }
@@ -1019,9 +1023,10 @@ mod tests {
         assert_eq!(chunk_size_line(usize::MAX, &mut line), b"ffffffffffffffff\r\n");
     }
 
-    /// What a gateway prints, fed in the given pieces: the bytes queued
-    /// for the client and the last answer.
-    fn fed(pieces: &[&[u8]]) -> (Vec<u8>, Pump) {
+    /// What a gateway prints, fed in the given pieces (for an HTTP/2
+    /// stream when `stream`): the bytes queued for the client and the last
+    /// answer.
+    fn fed_to(pieces: &[&[u8]], stream: bool) -> (Vec<u8>, Pump) {
         let date = *b"Wed, 25 Nov 2026 05:00:00 GMT";
         let params = Params {
             date: &date,
@@ -1030,6 +1035,7 @@ mod tests {
             head_only: false,
             http10: false,
             keep_alive: true,
+            stream,
             dressing: None,
         };
         let mut r = Response {
@@ -1050,6 +1056,19 @@ mod tests {
             last = r.end(&mut out);
         }
         (out.buf, last)
+    }
+
+    fn fed(pieces: &[&[u8]]) -> (Vec<u8>, Pump) {
+        fed_to(pieces, false)
+    }
+
+    #[test]
+    fn a_body_of_unknown_length_on_a_stream_is_not_chunked() {
+        let (got, last) = fed_to(&[b"Content-Type: text/plain\n\n", b"tea", b" for two"], true);
+        assert!(matches!(last, Pump::Done { keep_alive: true }), "a clean end is a complete response");
+        let text = String::from_utf8(got).unwrap();
+        assert!(text.ends_with("Content-Type: text/plain\r\n\r\ntea for two"), "{text:?}");
+        assert!(!text.contains("Transfer-Encoding") && !text.contains("Connection"), "{text:?}");
     }
 
     #[test]
