@@ -27,7 +27,9 @@ pub struct Limits {
     /// exchange buffers of one); a larger body waits in an unnamed
     /// temporary file in `$TMPDIR`. Default `"64KiB"`.
     pub body_buffer: Bytes,
-    /// Requests on one keep-alive connection; 0 = unlimited. Default 10000.
+    /// Requests on one keep-alive connection; 0 = unlimited. An HTTP/2
+    /// connection that served as many streams says `GOAWAY` (`NO_ERROR`)
+    /// and finishes those open. Default 10000.
     pub keepalive_requests: u64,
     /// Ranges in one `Range` before it is ignored. Default 16.
     pub max_ranges: usize,

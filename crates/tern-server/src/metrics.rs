@@ -8,6 +8,13 @@ use std::time::{Duration, Instant};
 /// Static I/O methods counted (`static_io::METHODS`, which checks it).
 pub const FILE_METHODS: usize = 4;
 
+/// The reasons an HTTP/2 `GOAWAY` is counted by (RFC 9113 §7), as the
+/// status page and `/metrics` name them: a graceful one (the server stops,
+/// or a connection served `limits.keepalive_requests`), the client's
+/// errors, a flood stopped, and any other.
+pub const GOAWAY_REASONS: [&str; 6] =
+    ["no_error", "protocol_error", "flow_control_error", "compression_error", "enhance_your_calm", "other"];
+
 /// A counter with a single writing thread.
 #[derive(Default, Debug)]
 pub struct Counter(AtomicU64);
@@ -115,6 +122,8 @@ pub struct WorkerStats {
     /// HTTP/2 connections ended by an error, the client's or the limits'
     /// (a flood, too many resets): the `GOAWAY`s sent with an error code.
     pub h2_errors: Counter,
+    /// `GOAWAY`s the server sent, by reason ([`GOAWAY_REASONS`]).
+    pub h2_goaways: [Counter; GOAWAY_REASONS.len()],
     /// Milliseconds from the server's start to this worker's last
     /// once-a-second turn (`Worker::settle`), plus one (0: it never made
     /// one; a connection thread of the per-request engine never does): the
@@ -314,6 +323,7 @@ pub struct Totals {
     pub h2_connections: u64,
     pub h2_streams: u64,
     pub h2_errors: u64,
+    pub h2_goaways: [u64; GOAWAY_REASONS.len()],
     pub offloaded_opens: u64,
     pub offloaded_reads: u64,
 }
@@ -360,6 +370,9 @@ impl Totals {
             t.h2_connections += w.h2_connections.get();
             t.h2_streams += w.h2_streams.get();
             t.h2_errors += w.h2_errors.get();
+            for (sum, c) in t.h2_goaways.iter_mut().zip(&w.h2_goaways) {
+                *sum += c.get();
+            }
             t.offloaded_opens += w.offloaded_opens.get();
             t.offloaded_reads += w.offloaded_reads.get();
         }

@@ -273,6 +273,31 @@ fn each_address_may_speak_its_own_http2() {
     }
 }
 
+/// `limits.keepalive_requests` holds for HTTP/2 as for HTTP/1.1: past it
+/// the connection says `GOAWAY` (`NO_ERROR`) and the client goes on on a
+/// new one, nothing refused.
+#[test]
+fn a_connection_that_served_keepalive_requests_says_goaway() {
+    let site = common::site();
+    let text = config(&site.root, "\"h2c\"", "").replace("[limits]\n", "[limits]\nkeepalive_requests = 3\n");
+    let tern = Tern::start(&site.root, "auto", &text, &[]);
+    // One stream at a time on one connection; the client opens another
+    // after each GOAWAY.
+    let got = Command::new(common::tern_bin())
+        .args(["bench", "--no-store", "--h2", "--json", "-c", "1", "-t", "1", "--streams", "1", "-n", "7"])
+        .arg(tern.url("/small.txt"))
+        .output()
+        .expect("tern bench");
+    let r: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert_eq!((&r["requests"], &r["status"]["200"]), (&7.into(), &7.into()), "{r}");
+    // A stream the client sent before it read the GOAWAY is still served.
+    let connects = r["connects"].as_u64().unwrap();
+    let http2 = &tern.status()["http2"];
+    assert!((2..=3).contains(&connects), "{r}\n{http2}");
+    let said = http2["goaways"]["no_error"].as_u64().unwrap();
+    assert!(said + 1 >= connects && said >= 1 && http2["streams"] == 7, "{http2}");
+}
+
 /// h2spec, found where `scripts/ensure-go-tools.sh` installs it.
 fn h2spec() -> PathBuf {
     if let Some(p) = std::env::var_os("PATH")
@@ -433,6 +458,7 @@ fn floods_end_the_connection_and_others_are_served() {
 
     let http2 = &tern.status()["http2"];
     assert_eq!((&http2["connections"], &http2["errors"]), (&4.into(), &2.into()), "{http2}");
+    assert_eq!(http2["goaways"]["enhance_your_calm"], 2, "{http2}");
     assert!(http2["streams"].as_u64() >= Some(2), "{http2}");
 }
 

@@ -290,14 +290,15 @@ impl Session {
         self.streams.retain(|s| !s.done || s.opening.is_some());
     }
 
-    /// Says `GOAWAY` (the server stops): streams already open are
-    /// finished, no new one is accepted.
-    pub(super) fn go_away(&mut self) {
-        if let State::Open { conn, .. } = &mut self.state {
-            if !std::mem::replace(&mut self.going_away, true) {
-                conn.graceful_shutdown();
-            }
+    /// Says `GOAWAY` (`NO_ERROR`): streams already open are finished, no
+    /// new one is accepted. Whether it was said now (not before).
+    pub(super) fn go_away(&mut self) -> bool {
+        let State::Open { conn, .. } = &mut self.state else { return false };
+        let now = !std::mem::replace(&mut self.going_away, true);
+        if now {
+            conn.graceful_shutdown();
         }
+        now
     }
 
     /// The first stream whose request is complete and not yet answered.

@@ -87,9 +87,12 @@ impl Conn {
             out: &out,
         };
         let mut eof = false;
+        let keepalive_requests = config.limits.keepalive_requests;
         loop {
-            if w.closing() {
-                session.go_away();
+            // The server stops, or the connection served its share.
+            let served = keepalive_requests != 0 && self.requests >= keepalive_requests;
+            if (w.closing() || served) && session.go_away() {
+                w.stats.h2_goaways[0].incr();
             }
             if self.rpos < self.rbuf.len() {
                 session.feed(&self.rbuf[self.rpos..]);
@@ -117,6 +120,9 @@ impl Conn {
             if let Some(e) = failed {
                 log!(Level::Debug, "{}: HTTP/2 connection ended: {e}", self.peers.peer);
                 w.stats.h2_errors.incr();
+                if e.is_go_away() && !e.is_remote() {
+                    w.stats.h2_goaways[goaway_reason(e.reason())].incr();
+                }
             }
             // Idle between streams (`timeouts.keepalive`); waiting for
             // backends alone, their own deadlines (`stream_relay.rs`);
@@ -265,6 +271,18 @@ impl Conn {
         self.requests += 1;
         w.stats.requests.incr();
         w.stats.h2_streams.incr();
+    }
+}
+
+/// Where a `GOAWAY` of `reason` is counted in `metrics::GOAWAY_REASONS`.
+fn goaway_reason(reason: Option<h2::Reason>) -> usize {
+    match reason {
+        Some(h2::Reason::NO_ERROR) => 0,
+        Some(h2::Reason::PROTOCOL_ERROR) => 1,
+        Some(h2::Reason::FLOW_CONTROL_ERROR) => 2,
+        Some(h2::Reason::COMPRESSION_ERROR) => 3,
+        Some(h2::Reason::ENHANCE_YOUR_CALM) => 4,
+        _ => 5,
     }
 }
 

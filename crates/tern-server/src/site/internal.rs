@@ -14,7 +14,7 @@ use super::upstream::pool::Pools;
 use crate::access_log;
 use crate::compress::config::WhenFull;
 use crate::compress::Compression;
-use crate::metrics::{Ending, ServerStats, SiteCounters, StageStats, Totals};
+use crate::metrics::{Ending, ServerStats, SiteCounters, StageStats, Totals, GOAWAY_REASONS};
 use crate::reply::Reply;
 use crate::service_records::STAGES;
 use crate::static_io::METHODS;
@@ -166,7 +166,12 @@ pub fn serve(
             "sites": sites_json(config, server),
             "upstreams": upstreams_json(groups),
             "stages": settings.staged.then(|| stages_json(server)),
-            "http2": { "connections": t.h2_connections, "streams": t.h2_streams, "errors": t.h2_errors },
+            "http2": {
+                "connections": t.h2_connections,
+                "streams": t.h2_streams,
+                "errors": t.h2_errors,
+                "goaways": GOAWAY_REASONS.iter().zip(t.h2_goaways).map(|(r, n)| (r.to_string(), n.into())).collect::<serde_json::Map<_, _>>(),
+            },
             "tls": {
                 "connections": t.tls_active,
                 "handshakes": { "full": t.tls_full, "resumed": t.tls_resumed, "failed": t.tls_failed },
@@ -607,6 +612,9 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
     metric("http2_connections_total", "counter", "Connections that spoke HTTP/2.", &[("", t.h2_connections)]);
     metric("http2_streams_total", "counter", "HTTP/2 streams answered.", &[("", t.h2_streams)]);
     metric("http2_errors_total", "counter", "HTTP/2 connections ended by an error.", &[("", t.h2_errors)]);
+    let reasons: Vec<String> = GOAWAY_REASONS.iter().map(|r| format!("{{reason=\"{r}\"}}")).collect();
+    let goaways: Vec<(&str, u64)> = reasons.iter().map(String::as_str).zip(t.h2_goaways).collect();
+    metric("http2_goaways_total", "counter", "HTTP/2 GOAWAY frames sent, by reason.", &goaways);
     metric("tls_connections_active", "gauge", "Open TLS connections.", &[("", t.tls_active)]);
     let kinds =
         [("{kind=\"full\"}", t.tls_full), ("{kind=\"resumed\"}", t.tls_resumed), ("{kind=\"failed\"}", t.tls_failed)];
