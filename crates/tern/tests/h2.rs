@@ -273,6 +273,67 @@ fn each_address_may_speak_its_own_http2() {
     }
 }
 
+/// RFC 9218: of two large answers asked at once, the one whose request
+/// said it is more urgent (`priority: u=0`) is sent first, though asked
+/// second; without the field they go in the order asked.
+#[test]
+fn the_more_urgent_stream_is_sent_first() {
+    use std::io::{Read, Write};
+    let site = common::site();
+    let tern = serve(&site, "");
+    // Which of streams 1 and 3 (both /big.bin) ends first, when 3 says
+    // `urgency`.
+    let first_done = |urgency: Option<&str>| {
+        let mut s = std::net::TcpStream::connect(tern.addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        // Windows as large as HTTP/2 allows: only the order is the server's.
+        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        out.extend(common::h2::frame(4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+        out.extend(common::h2::frame(8, 0, 0, &(0x7fff_ffffu32 - 65_535).to_be_bytes()));
+        let get = |priority: Option<&str>| {
+            let mut block = b"\x82\x86\x04\x08/big.bin\x41\x09localhost".to_vec();
+            if let Some(p) = priority {
+                block.extend_from_slice(b"\x00\x08priority");
+                block.push(p.len() as u8);
+                block.extend_from_slice(p.as_bytes());
+            }
+            block
+        };
+        out.extend(common::h2::frame(1, 0x5, 1, &get(None)));
+        out.extend(common::h2::frame(1, 0x5, 3, &get(urgency)));
+        s.write_all(&out).unwrap();
+        let (mut got, mut buf) = (Vec::new(), vec![0; 1 << 16]);
+        loop {
+            let ended = streams_ended(&got);
+            if ended.len() == 2 {
+                break ended[0];
+            }
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed before both ended");
+            got.extend_from_slice(&buf[..n]);
+        }
+    };
+    assert_eq!(first_done(None), 1, "in the order asked");
+    assert_eq!(first_done(Some("u=0")), 3, "the urgent one first");
+}
+
+/// The streams whose last `DATA` frame (`END_STREAM`) is in `bytes`, in
+/// that order.
+fn streams_ended(bytes: &[u8]) -> Vec<u32> {
+    let (mut at, mut ended) = (0, Vec::new());
+    while at + 9 <= bytes.len() {
+        let len = u32::from_be_bytes([0, bytes[at], bytes[at + 1], bytes[at + 2]]) as usize;
+        if at + 9 + len > bytes.len() {
+            break;
+        }
+        if bytes[at + 3] == 0 && bytes[at + 4] & 1 == 1 {
+            ended.push(u32::from_be_bytes(bytes[at + 5..at + 9].try_into().unwrap()) & 0x7fff_ffff);
+        }
+        at += 9 + len;
+    }
+    ended
+}
+
 /// `limits.keepalive_requests` holds for HTTP/2 as for HTTP/1.1: past it
 /// the connection says `GOAWAY` (`NO_ERROR`) and the client goes on on a
 /// new one, nothing refused.

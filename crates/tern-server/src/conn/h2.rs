@@ -163,8 +163,40 @@ pub(super) struct Stream {
     pub(super) backend: Option<Box<Backend>>,
     /// Local redirects followed for its request.
     pub(super) redirects: u8,
+    /// How urgent the client said its answer is.
+    priority: Priority,
     /// The stream is gone: answered whole, or reset by either side.
     done: bool,
+}
+
+/// A stream's priority (RFC 9218 §4): the urgency of its request's
+/// `priority` field, 0 (most urgent) to 7, 3 when it says none, and
+/// whether its answer is useful in parts (`i`). The `PRIORITY_UPDATE`
+/// frame is not read: the h2 crate drops frame types it does not know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Priority {
+    urgency: u8,
+    incremental: bool,
+}
+
+impl Priority {
+    /// From the `priority` fields of a request (a Structured Fields
+    /// dictionary: `u=0, i`); members it does not know, or cannot read,
+    /// leave the defaults.
+    fn of(headers: &http::HeaderMap) -> Priority {
+        let mut p = Priority { urgency: 3, incremental: false };
+        let members = headers.get_all("priority").iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+        for member in members {
+            let (key, value) = member.split_once('=').unwrap_or((member, "?1"));
+            match (key.trim(), value.trim()) {
+                ("u", v) => p.urgency = v.parse().ok().filter(|u| *u <= 7).unwrap_or(p.urgency),
+                ("i", "?1") => p.incremental = true,
+                ("i", "?0") => p.incremental = false,
+                _ => {}
+            }
+        }
+        p
+    }
 }
 
 impl Stream {
@@ -217,7 +249,8 @@ pub(super) struct Session {
     pipe: Pipe,
     moved: Arc<Moved>,
     waker: Waker,
-    /// Open streams in the order they arrived (answered in that order).
+    /// Open streams, most urgent first (RFC 9218), then in the order they
+    /// arrived: answered, and their bodies sent, in that order.
     pub(super) streams: Vec<Stream>,
     /// `GOAWAY` was said.
     going_away: bool,
@@ -353,9 +386,13 @@ impl Session {
         loop {
             self.moved.0.store(false, Relaxed);
             let result = self.poll_connection(&mut cx, lent);
+            // The streams are kept most urgent first: their bodies take
+            // the room in that order, one after another — an incremental
+            // one a chunk a turn, sharing with its equals.
             for s in &mut self.streams {
                 receive(s, &mut cx, lent);
-                room = room.saturating_sub(send(s, &mut cx, room));
+                let share = if s.priority.incremental { room.min(DATA_CHUNK) } else { room };
+                room = room.saturating_sub(send(s, &mut cx, share));
                 s.watch_reset(&mut cx);
             }
             // One waiting for the pool stays until its ticket is taken
@@ -388,20 +425,29 @@ impl Session {
                 Poll::Ready(Some(Ok((request, respond)))) => {
                     let (head, recv) = request.into_parts();
                     let body = if recv.is_end_stream() { Body::Read } else { Body::Arriving };
-                    self.streams.push(Stream {
-                        head,
-                        recv: (body == Body::Arriving).then_some(recv),
-                        body,
-                        spool: Spool::default(),
-                        received: 0,
-                        respond: Some(respond),
-                        send: None,
-                        out: (lent.out)(),
-                        opening: None,
-                        backend: None,
-                        redirects: 0,
-                        done: false,
-                    });
+                    let priority = Priority::of(&head.headers);
+                    // After every stream as urgent or more: answered, and
+                    // its body sent, in that order.
+                    let at = self.streams.iter().position(|s| s.priority.urgency > priority.urgency);
+                    let at = at.unwrap_or(self.streams.len());
+                    self.streams.insert(
+                        at,
+                        Stream {
+                            head,
+                            recv: (body == Body::Arriving).then_some(recv),
+                            body,
+                            spool: Spool::default(),
+                            received: 0,
+                            respond: Some(respond),
+                            send: None,
+                            out: (lent.out)(),
+                            opening: None,
+                            backend: None,
+                            redirects: 0,
+                            priority,
+                            done: false,
+                        },
+                    );
                 }
                 Poll::Ready(Some(Err(e))) => return Err(e),
                 Poll::Ready(None) => *accepting = false,
@@ -504,4 +550,28 @@ fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> usize {
         s.send = None;
     }
     sent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_fields_are_read_as_rfc_9218_says() {
+        let of = |values: &[&str]| {
+            let mut h = http::HeaderMap::new();
+            for v in values {
+                h.append("priority", v.parse().unwrap());
+            }
+            let p = Priority::of(&h);
+            (p.urgency, p.incremental)
+        };
+        assert_eq!(of(&[]), (3, false));
+        assert_eq!(of(&["u=0"]), (0, false));
+        assert_eq!(of(&["u=1, i"]), (1, true));
+        assert_eq!(of(&["i=?1", "u=5"]), (5, true));
+        assert_eq!(of(&["u=2, i=?0, x=7"]), (2, false));
+        assert_eq!(of(&["u=9"]), (3, false));
+        assert_eq!(of(&["u=abc, i"]), (3, true));
+    }
 }
