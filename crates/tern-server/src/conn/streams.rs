@@ -92,7 +92,7 @@ impl Conn {
             // The server stops, or the connection served its share.
             let served = keepalive_requests != 0 && self.requests >= keepalive_requests;
             if (w.closing() || served) && session.go_away() {
-                w.stats.h2_goaways[0].incr();
+                w.stats.h2_goaways[goaway_reason(Some(h2::Reason::NO_ERROR))].incr();
             }
             if self.rpos < self.rbuf.len() {
                 session.feed(&self.rbuf[self.rpos..]);
