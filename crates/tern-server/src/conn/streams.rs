@@ -162,6 +162,13 @@ impl Conn {
                 self.io.close_tls();
                 return self.shut_and_linger(w);
             }
+            if self.out.queued() >= MAX_GATHERED {
+                // Nothing more is read while the client does not read what
+                // it was sent: each PING, SETTINGS or request it could
+                // send asks for more output (a client that never reads is
+                // then cut at `timeouts.send_min_rate`).
+                return Status::Open;
+            }
             match self.fill(w) {
                 Fill::Got => {}
                 Fill::Wait => {
