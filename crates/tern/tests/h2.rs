@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::h2::{attack, frame, GET_ROOT};
 use common::tls::{https_addr, section, Ca};
 use common::{Site, Tern};
 
@@ -287,9 +288,9 @@ fn the_more_urgent_stream_is_sent_first() {
         let mut s = std::net::TcpStream::connect(tern.addr).unwrap();
         s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
         // Windows as large as HTTP/2 allows: only the order is the server's.
-        let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        out.extend(common::h2::frame(4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
-        out.extend(common::h2::frame(8, 0, 0, &(0x7fff_ffffu32 - 65_535).to_be_bytes()));
+        let mut out = common::h2::preface();
+        out.extend(frame(4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+        out.extend(frame(8, 0, 0, &(0x7fff_ffffu32 - 65_535).to_be_bytes()));
         let get = |priority: Option<&str>| {
             let mut block = b"\x82\x86\x04\x08/big.bin\x41\x09localhost".to_vec();
             if let Some(p) = priority {
@@ -299,8 +300,8 @@ fn the_more_urgent_stream_is_sent_first() {
             }
             block
         };
-        out.extend(common::h2::frame(1, 0x5, 1, &get(None)));
-        out.extend(common::h2::frame(1, 0x5, 3, &get(urgency)));
+        out.extend(frame(1, 0x5, 1, &get(None)));
+        out.extend(frame(1, 0x5, 3, &get(urgency)));
         s.write_all(&out).unwrap();
         let (mut got, mut buf) = (Vec::new(), vec![0; 1 << 16]);
         loop {
@@ -320,18 +321,8 @@ fn the_more_urgent_stream_is_sent_first() {
 /// The streams whose last `DATA` frame (`END_STREAM`) is in `bytes`, in
 /// that order.
 fn streams_ended(bytes: &[u8]) -> Vec<u32> {
-    let (mut at, mut ended) = (0, Vec::new());
-    while at + 9 <= bytes.len() {
-        let len = u32::from_be_bytes([0, bytes[at], bytes[at + 1], bytes[at + 2]]) as usize;
-        if at + 9 + len > bytes.len() {
-            break;
-        }
-        if bytes[at + 3] == 0 && bytes[at + 4] & 1 == 1 {
-            ended.push(u32::from_be_bytes(bytes[at + 5..at + 9].try_into().unwrap()) & 0x7fff_ffff);
-        }
-        at += 9 + len;
-    }
-    ended
+    let frames = common::h2::frames(bytes).into_iter();
+    frames.filter(|(kind, flags, ..)| *kind == 0 && flags & 1 == 1).map(|(_, _, stream, _)| stream).collect()
 }
 
 /// `limits.keepalive_requests` holds for HTTP/2 as for HTTP/1.1: past it
@@ -442,47 +433,6 @@ fn a_hundred_streams_at_once_all_finish() {
     }
 }
 
-/// An HTTP/2 frame: its 9-byte header and `payload`.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let mut f = (payload.len() as u32).to_be_bytes()[1..].to_vec();
-    f.extend_from_slice(&[kind, flags]);
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
-/// `GET /` for `localhost`, HPACK-coded (indexed `:method`, `:scheme`,
-/// `:path`; `:authority` literal).
-const GET_ROOT: &[u8] = b"\x82\x86\x84\x41\x09localhost";
-
-/// Opens an h2c connection to `addr`, sends `attack` after the preface and
-/// reads until the server closes (or 10 s pass); returns the `GOAWAY`'s
-/// error code, if one came, and the `HEADERS` frames that came.
-fn attack(addr: SocketAddr, attack: &[u8]) -> (Option<u32>, usize) {
-    use std::io::Write;
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
-    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    out.extend(frame(4, 0, 0, b""));
-    out.extend_from_slice(attack);
-    // The server may stop reading (and close) before all of it is sent.
-    let _ = s.write_all(&out);
-    let mut got = Vec::new();
-    let _ = s.read_to_end(&mut got);
-    let (mut at, mut goaway, mut headers) = (0, None, 0);
-    while at + 9 <= got.len() {
-        let len = u32::from_be_bytes([0, got[at], got[at + 1], got[at + 2]]) as usize;
-        let payload = &got[at + 9..(at + 9 + len).min(got.len())];
-        match got[at + 3] {
-            1 => headers += 1,
-            7 if payload.len() >= 8 => goaway = Some(u32::from_be_bytes(payload[4..8].try_into().unwrap())),
-            _ => {}
-        }
-        at += 9 + len;
-    }
-    (goaway, headers)
-}
-
 /// `ENHANCE_YOUR_CALM`: what the server says to a client it stops.
 const ENHANCE_YOUR_CALM: u32 = 0xb;
 
@@ -569,9 +519,7 @@ fn a_stopping_server_says_goaway_to_an_idle_client() {
     let tern = serve(&site, "");
     let mut s = std::net::TcpStream::connect(tern.addr).unwrap();
     s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
-    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    hello.extend(frame(4, 0, 0, b""));
-    s.write_all(&hello).unwrap();
+    s.write_all(&common::h2::preface()).unwrap();
     let mut settings = [0; 9];
     s.read_exact(&mut settings).unwrap();
     unsafe { libc::kill(tern.pid(), libc::SIGTERM) };

@@ -142,8 +142,8 @@ fn a_stream_past_the_concurrent_limit_is_refused() {
     }
     let resets: Vec<(u32, u32)> = common::h2::frames(&got)
         .into_iter()
-        .filter(|(kind, _, p)| *kind == 3 && p.len() == 4)
-        .map(|(_, stream, p)| (stream, u32::from_be_bytes(p.try_into().unwrap())))
+        .filter(|(kind, _, _, p)| *kind == 3 && p.len() == 4)
+        .map(|(_, _, stream, p)| (stream, u32::from_be_bytes(p.try_into().unwrap())))
         .collect();
     assert_eq!(resets, [(9, 7)], "RST_STREAM (stream, code) seen");
     assert!(common::h2::frames(&got).iter().all(|(kind, ..)| *kind != 7), "no GOAWAY");

@@ -38,7 +38,7 @@ pub fn attack(addr: SocketAddr, attack: &[u8]) -> (Option<u32>, usize) {
     let mut got = Vec::new();
     let _ = s.read_to_end(&mut got);
     let (mut goaway, mut headers) = (None, 0);
-    for (kind, _, payload) in frames(&got) {
+    for (kind, _, _, payload) in frames(&got) {
         match kind {
             1 => headers += 1,
             7 if payload.len() >= 8 => goaway = Some(u32::from_be_bytes(payload[4..8].try_into().unwrap())),
@@ -48,13 +48,14 @@ pub fn attack(addr: SocketAddr, attack: &[u8]) -> (Option<u32>, usize) {
     (goaway, headers)
 }
 
-/// The frames in `bytes`: kind, stream and payload.
-pub fn frames(bytes: &[u8]) -> Vec<(u8, u32, &[u8])> {
+/// The frames in `bytes`: kind, flags, stream and payload (the last one's
+/// cut short when not all of it is there).
+pub fn frames(bytes: &[u8]) -> Vec<(u8, u8, u32, &[u8])> {
     let (mut at, mut out) = (0, Vec::new());
     while at + 9 <= bytes.len() {
         let len = u32::from_be_bytes([0, bytes[at], bytes[at + 1], bytes[at + 2]]) as usize;
         let stream = u32::from_be_bytes(bytes[at + 5..at + 9].try_into().unwrap()) & 0x7fff_ffff;
-        out.push((bytes[at + 3], stream, &bytes[at + 9..(at + 9 + len).min(bytes.len())]));
+        out.push((bytes[at + 3], bytes[at + 4], stream, &bytes[at + 9..(at + 9 + len).min(bytes.len())]));
         at += 9 + len;
     }
     out
