@@ -163,25 +163,27 @@ impl Conn {
 
     /// Tells the streams' jobs what their descriptors are ready for. The
     /// engine reports them all under the connection's one second token, so
-    /// each job's descriptor (as a blocking engine would wait on it) is
-    /// asked at once.
+    /// every job's descriptor is asked at once — each one, not only those
+    /// waiting: the report is an edge, and one that says a job's pipe
+    /// closed while the job was still reading would otherwise be lost
+    /// (its reader takes a short read for "empty", not for "ended").
     pub(super) fn tell_stream_jobs(&mut self) {
         let Some(session) = self.h2.as_mut() else { return };
-        let waits: Vec<(usize, libc::pollfd)> = session
+        let events = libc::POLLIN | libc::POLLOUT | libc::POLLRDHUP;
+        let (jobs, mut fds): (Vec<usize>, Vec<libc::pollfd>) = session
             .streams
             .iter()
             .enumerate()
             .filter_map(|(i, s)| {
-                let (fd, want) = s.backend.as_ref()?.job.wait()?;
-                Some((i, libc::pollfd { fd: fd.as_raw_fd(), events: want.poll_events(), revents: 0 }))
+                let fd = s.backend.as_ref()?.job.watched()?;
+                Some((i, libc::pollfd { fd: fd.as_raw_fd(), events, revents: 0 }))
             })
-            .collect();
-        let mut fds: Vec<libc::pollfd> = waits.iter().map(|(_, fd)| *fd).collect();
+            .unzip();
         // SAFETY: `fds` is a valid array of pollfd of the length passed.
         if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) } <= 0 {
             return;
         }
-        for ((i, _), fd) in waits.iter().zip(&fds).filter(|(_, fd)| fd.revents != 0) {
+        for (i, fd) in jobs.iter().zip(&fds).filter(|(_, fd)| fd.revents != 0) {
             let r = sys::polled(fd.revents);
             if let Some(b) = session.streams[*i].backend.as_mut() {
                 b.job.on_ready(r.readable, r.writable, r.read_closed);

@@ -31,6 +31,16 @@ impl Job {
         }
     }
 
+    /// The descriptor the job's readiness comes from now (whether or not
+    /// it is known to be ready).
+    pub fn watched(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match self {
+            Job::Cgi(r) => Some(r.watched()),
+            Job::FastCgi(x) => x.watched(),
+            Job::Proxy(x) => x.watched(),
+        }
+    }
+
     /// The descriptor a blocking engine waits on now, with the directions
     /// it waits for (none: nothing to wait for on the backend's side).
     pub fn wait(&self) -> Option<(std::os::fd::BorrowedFd<'_>, Wait)> {

@@ -527,6 +527,12 @@ impl Running {
         self.may_read
     }
 
+    /// The descriptor whose readiness moves the program's output on: the
+    /// pidfd while waiting for the exit, else the pipe.
+    pub fn watched(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.exit_fd.as_ref().map_or(self.stdout.as_fd(), |fd| fd.as_fd())
+    }
+
     /// What a blocking engine waits on: the pidfd while waiting for the
     /// exit, else the pipe until it may be read.
     pub fn wait(&self) -> Option<(std::os::fd::BorrowedFd<'_>, Wait)> {

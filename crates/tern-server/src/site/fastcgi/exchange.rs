@@ -168,6 +168,11 @@ impl Exchange {
         self.hold.watch(key, w)
     }
 
+    /// The descriptor [`Exchange::watch`] registers now.
+    pub fn watched(&self) -> Option<BorrowedFd<'_>> {
+        self.hold.watched()
+    }
+
     /// What a blocking engine waits on: the descriptor [`Exchange::watch`]
     /// registers, in the directions not known to be ready that the
     /// exchange needs.

@@ -197,6 +197,11 @@ impl Exchange {
         self.hold.watch(key, w)
     }
 
+    /// The descriptor [`Exchange::watch`] registers now.
+    pub fn watched(&self) -> Option<BorrowedFd<'_>> {
+        self.hold.watched()
+    }
+
     pub fn wait(&self) -> Option<(BorrowedFd<'_>, Wait)> {
         self.hold.wait(self.tunnel() || self.writing())
     }

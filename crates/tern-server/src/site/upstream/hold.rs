@@ -257,6 +257,16 @@ impl Hold {
         self.rewatch(w)
     }
 
+    /// The descriptor [`Hold::watch`] registers now, whatever is known of
+    /// it (none once closed).
+    pub fn watched(&self) -> Option<BorrowedFd<'_>> {
+        match (&self.phase, &self.fd) {
+            (Phase::Queued(t), _) => t.fd(),
+            (Phase::Connecting | Phase::Open, Some(fd)) => Some(fd.as_fd()),
+            _ => None,
+        }
+    }
+
     /// What a blocking engine waits on: the descriptor [`Hold::watch`]
     /// registers, in the directions not known to be ready that are wanted
     /// (`write`: the protocol has bytes to send).
