@@ -349,7 +349,7 @@ impl Server {
             tls,
             http2,
             room: Room::new(workers),
-            successor: std::sync::OnceLock::new(),
+            doors: std::sync::OnceLock::new(),
         });
         let started = engine::start(&shared, &plan, per_worker)?;
         let wakers: Vec<Arc<mio::Waker>> = started.doors.iter().map(|(_, waker)| waker.clone()).collect();
@@ -361,6 +361,7 @@ impl Server {
             log!(Level::Info, "{}", io.describe());
         }
         let doors = Arc::new(Doors::new(started.doors));
+        let _ = shared.doors.set(doors.clone());
         Ok(Server { config, signals, shared, workers: started.threads, wakers, addrs, handover, doors })
     }
 
@@ -417,7 +418,7 @@ impl Server {
     /// request is in flight on it, and ends in the background.
     pub fn retire(mut self, successor: &Server) -> Retiring {
         self.handover.clear();
-        let _ = self.shared.successor.set(successor.doors.clone());
+        self.doors.succeeded_by(successor.doors.clone());
         let limit = self.config.server.reload_drain_timeout.0;
         end(&self.shared, &self.wakers, Ending::Reload, (!limit.is_zero()).then_some(limit));
         self.shared.site.pools.retire(&successor.shared.site.pools);

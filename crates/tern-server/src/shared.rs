@@ -46,12 +46,19 @@ pub struct Shared {
     /// Idle connections per worker, so one at the connection cap can ask
     /// another to make room.
     pub room: Room,
-    /// The server that replaces this one on reload: where its connections
-    /// go once idle. Set once, before the workers are told to hand over.
-    pub successor: OnceLock<Arc<Doors>>,
+    /// The ways into this server's workers (set once they have started),
+    /// and through them the server that replaces it on reload: where its
+    /// connections go once idle.
+    pub doors: OnceLock<Arc<Doors>>,
 }
 
 impl Shared {
+    /// The server that replaced this one (set before the workers are told
+    /// to hand over).
+    pub fn successor(&self) -> Option<&Arc<Doors>> {
+        self.doors.get()?.successor()
+    }
+
     /// What worker `index` lends its connections; `watcher` is how its
     /// engine watches backend descriptors.
     pub fn worker(&self, index: usize, watcher: Box<dyn Watcher>) -> Worker<'_> {

@@ -198,3 +198,44 @@ fn a_reload_does_not_cut_a_download_that_outlasts_shutdown_timeout() {
     assert!(at.elapsed() > Duration::from_secs(2), "the download ended {:?} after the reload", at.elapsed());
     assert!(got > size, "the download was cut at {got} of {size} body bytes");
 }
+
+/// A server replaced twice in a row: its successor has ended (it had
+/// nothing to finish) by the time its last request is answered. The
+/// connection that request was on goes on to the newest server, which
+/// answers the next request on it.
+#[test]
+fn a_connection_freed_after_its_successor_ended_goes_to_the_newest_server() {
+    let site = common::site();
+    let cgi = site.root.join("cgi-bin");
+    std::fs::create_dir_all(&cgi).unwrap();
+    let slow = cgi.join("slow.sh");
+    std::fs::write(&slow, "#!/bin/sh\nsleep 2\nprintf 'Content-Type: text/plain\\n\\nslow'\n").unwrap();
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let tern = Tern::start(&site.root, "sendfile", "", &[]);
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /cgi-bin/slow.sh HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let reloads = || tern.stderr.lock().unwrap().matches("configuration reloaded").count();
+    for n in 1..=2 {
+        hup(&tern);
+        let start = Instant::now();
+        while reloads() < n {
+            assert!(start.elapsed() < Duration::from_secs(10), "reload {n} not done");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"slow\r\n0\r\n\r\n") {
+        let n = s.read(&mut buf).expect("the slow answer");
+        assert!(n > 0, "closed before the slow answer: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{}", String::from_utf8_lossy(&got));
+    // Handed on by now; the next request on it is answered.
+    std::thread::sleep(Duration::from_millis(300));
+    s.write_all(GET).unwrap();
+    let head = read_response(&mut s).expect("the request after the hand-over");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+}

@@ -65,7 +65,7 @@ pub fn run(
     tuning: Tuning,
     index: usize,
     listeners: Vec<TcpListener>,
-    inbox: Receiver<Moved>,
+    inbox: &Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
 ) {
     let (mut poll, waker, listeners) = match front::reactor(listeners) {

@@ -154,16 +154,26 @@ fn accept_batch(listener: &mio::net::TcpListener, mut each: impl FnMut(TcpStream
 /// ready: `make(index)` gives thread `index` its work, which it runs with
 /// its inbox, sending its waker (or why it could not start) on `ready`.
 /// The waker is also how another front asks it for room ([`give_room`]).
-pub fn fronts<F>(shared: &Shared, count: usize, name: &str, mut make: impl FnMut(usize) -> F) -> io::Result<Started>
+pub fn fronts<F>(
+    shared: &Arc<Shared>,
+    count: usize,
+    name: &str,
+    mut make: impl FnMut(usize) -> F,
+) -> io::Result<Started>
 where
-    F: FnOnce(Receiver<Moved>, Sender<io::Result<Arc<Waker>>>) + Send + 'static,
+    F: FnOnce(&Receiver<Moved>, Sender<io::Result<Arc<Waker>>>) + Send + 'static,
 {
     let mut started = Started { threads: Vec::new(), doors: Vec::new() };
     for index in 0..count {
         let run = make(index);
         let (waker_tx, waker_rx) = std::sync::mpsc::channel();
         let (queue, inbox) = std::sync::mpsc::channel();
-        started.threads.push(spawn(format!("{name}-{index}"), None, move || run(inbox, waker_tx))?);
+        let owner = shared.clone();
+        let thread = move || {
+            run(&inbox, waker_tx);
+            pass_on(&owner, index, &inbox);
+        };
+        started.threads.push(spawn(format!("{name}-{index}"), None, thread)?);
         match waker_rx.recv() {
             Ok(Ok(waker)) => {
                 let ring = waker.clone();
@@ -175,6 +185,17 @@ where
         }
     }
     Ok(started)
+}
+
+/// At front `index`'s end: its door closes, and the connections its inbox
+/// still holds (handed over after its last look) go on to another worker
+/// or the successor rather than closing unanswered with the inbox.
+fn pass_on(shared: &Shared, index: usize, inbox: &Receiver<Moved>) {
+    let Some(doors) = shared.doors.get() else { return };
+    doors.close(index);
+    for moved in inbox.try_iter() {
+        let _ = doors.send(moved);
+    }
 }
 
 /// Starts a server thread with the shutdown signals blocked (they reach
@@ -323,16 +344,16 @@ pub fn take(registry: &Registry, conns: &mut Slab<Conn>, key: usize) -> Conn {
 /// Whether `conn` goes to the server replacing this one: this one is
 /// being replaced (`ending`) and no request is in flight on it.
 pub fn leaves(shared: &Shared, conn: &Conn, ending: Ending) -> bool {
-    ending == Ending::Reload && conn.between_requests() && shared.successor.get().is_some()
+    ending == Ending::Reload && conn.between_requests() && shared.successor().is_some()
 }
 
 /// Hands a connection that [`leaves`] (watched by nobody any more) to the
-/// successor, its socket and the bytes read and not answered; a successor
-/// that has ended already lets it close.
+/// successor, its socket and the bytes read and not answered (or to its
+/// successor's, when that one has ended already).
 pub fn hand_over(shared: &Shared, w: &mut Worker<'_>, conn: Conn) {
     forget(shared, w, conn.peer());
     let moved = conn.into_moved(w);
-    if let Some(successor) = shared.successor.get() {
+    if let Some(successor) = shared.successor() {
         let _ = successor.send(moved);
     }
 }

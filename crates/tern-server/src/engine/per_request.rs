@@ -70,7 +70,7 @@ pub fn run(
     shared: &Shared,
     max_threads: usize,
     listeners: Vec<TcpListener>,
-    inbox: Receiver<Moved>,
+    inbox: &Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
 ) {
     let started = front::reactor(listeners).and_then(|r| Ok((r, Bell::new()?)));

@@ -131,7 +131,7 @@ fn run_front(
     shared: &Shared,
     index: usize,
     listeners: Vec<TcpListener>,
-    inbox: Receiver<Moved>,
+    inbox: &Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
     queues: &[channel::Sender<Work>],
     returns: &channel::Receiver<Back>,

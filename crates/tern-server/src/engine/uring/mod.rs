@@ -127,7 +127,7 @@ pub fn run(
     tuning: Tuning,
     index: usize,
     listeners: Vec<TcpListener>,
-    inbox: Receiver<Moved>,
+    inbox: &Receiver<Moved>,
     ready: Sender<io::Result<Arc<Waker>>>,
 ) {
     let setup = || -> io::Result<_> {
