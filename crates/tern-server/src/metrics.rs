@@ -15,6 +15,11 @@ pub const FILE_METHODS: usize = 4;
 pub const GOAWAY_REASONS: [&str; 6] =
     ["no_error", "protocol_error", "flow_control_error", "compression_error", "enhance_your_calm", "other"];
 
+/// Who reset an HTTP/2 stream, as the status page and `/metrics` name
+/// them: the client (`RST_STREAM` received) or the server (a backend
+/// failing after its answer's head, a body that could not be read on).
+pub const RESET_BY: [&str; 2] = ["client", "server"];
+
 /// A counter with a single writing thread.
 #[derive(Default, Debug)]
 pub struct Counter(AtomicU64);
@@ -124,6 +129,8 @@ pub struct WorkerStats {
     pub h2_errors: Counter,
     /// `GOAWAY`s the server sent, by reason ([`GOAWAY_REASONS`]).
     pub h2_goaways: [Counter; GOAWAY_REASONS.len()],
+    /// Streams reset, by whom ([`RESET_BY`]).
+    pub h2_resets: [Counter; RESET_BY.len()],
     /// Milliseconds from the server's start to this worker's last
     /// once-a-second turn (`Worker::settle`), plus one (0: it never made
     /// one; a connection thread of the per-request engine never does): the
@@ -324,6 +331,7 @@ pub struct Totals {
     pub h2_streams: u64,
     pub h2_errors: u64,
     pub h2_goaways: [u64; GOAWAY_REASONS.len()],
+    pub h2_resets: [u64; RESET_BY.len()],
     pub offloaded_opens: u64,
     pub offloaded_reads: u64,
 }
@@ -371,6 +379,9 @@ impl Totals {
             t.h2_streams += w.h2_streams.get();
             t.h2_errors += w.h2_errors.get();
             for (sum, c) in t.h2_goaways.iter_mut().zip(&w.h2_goaways) {
+                *sum += c.get();
+            }
+            for (sum, c) in t.h2_resets.iter_mut().zip(&w.h2_resets) {
                 *sum += c.get();
             }
             t.offloaded_opens += w.offloaded_opens.get();

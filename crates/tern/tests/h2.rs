@@ -767,6 +767,8 @@ fn a_program_dying_mid_body_resets_its_stream_only() {
         assert!(text.lines().any(|l| l.contains("recv DATA frame") && l.contains(&ended)), "stream {id}: {text}");
         assert!(!text.contains(&format!("RST_STREAM frame <length=4, flags=0x00, stream_id={id}>")), "{text}");
     }
+    let resets = &b.tern.status()["http2"]["resets"];
+    assert_eq!((&resets["server"], &resets["client"]), (&1.into(), &0.into()), "{resets}");
 }
 
 #[test]
@@ -918,6 +920,10 @@ fn a_stream_reset_by_the_client_kills_its_program() {
         }
     };
     assert_eq!(answered.first(), Some(&0x88), "not a 200: {answered:?}");
+    let resets = &b.tern.status()["http2"]["resets"];
+    assert_eq!((&resets["client"], &resets["server"]), (&1.into(), &0.into()), "{resets}");
+    let metrics = String::from_utf8(common::get(b.tern.addr, "/metrics", "").body).unwrap();
+    assert!(metrics.contains("\ntern_http2_resets_total{by=\"client\"} 1\n"), "{metrics}");
     drop(s);
     // The close is seen at the server's next turn (seconds on a loaded
     // machine); the descriptors then come back to what they were.

@@ -43,6 +43,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::body::OutQueue;
 use crate::http2::Http2;
+use crate::metrics::RESET_BY;
 use crate::offload::Ticket;
 use crate::spool::Spool;
 
@@ -167,6 +168,17 @@ pub(super) struct Stream {
     priority: Priority,
     /// The stream is gone: answered whole, or reset by either side.
     done: bool,
+    /// Reset by the client, seen and not yet counted.
+    reset_by_client: bool,
+}
+
+/// Where resets are counted ([`RESET_BY`]).
+const BY_CLIENT: usize = 0;
+const BY_SERVER: usize = 1;
+
+/// Whether `e`, a stream's error, is the client's reset of it.
+fn client_reset(e: &h2::Error) -> bool {
+    e.is_reset() && e.is_remote()
 }
 
 /// A stream's priority (RFC 9218 §4): the urgency of its request's
@@ -232,6 +244,7 @@ impl Stream {
             (None, None) => false,
         };
         self.done |= reset;
+        self.reset_by_client |= reset;
     }
 }
 
@@ -254,6 +267,8 @@ pub(super) struct Session {
     pub(super) streams: Vec<Stream>,
     /// `GOAWAY` was said.
     going_away: bool,
+    /// Streams reset since last asked, by whom ([`RESET_BY`]).
+    resets: [u64; RESET_BY.len()],
 }
 
 impl Session {
@@ -276,6 +291,7 @@ impl Session {
             waker,
             streams: Vec::new(),
             going_away: false,
+            resets: [0; RESET_BY.len()],
         }
     }
 
@@ -373,7 +389,14 @@ impl Session {
         } else if let Some(respond) = s.respond.as_mut() {
             respond.send_reset(Reason::INTERNAL_ERROR);
         }
-        s.done = true;
+        if !std::mem::replace(&mut s.done, true) {
+            self.resets[BY_SERVER] += 1;
+        }
+    }
+
+    /// The streams reset since last asked, by whom ([`RESET_BY`]).
+    pub(super) fn take_resets(&mut self) -> [u64; RESET_BY.len()] {
+        std::mem::take(&mut self.resets)
     }
 
     /// Polls everything until nothing moves: the handshake, new streams,
@@ -392,8 +415,11 @@ impl Session {
             for s in &mut self.streams {
                 receive(s, &mut cx, lent);
                 let share = if s.priority.incremental { room.min(DATA_CHUNK) } else { room };
-                room = room.saturating_sub(send(s, &mut cx, share));
+                let (sent, server_reset) = send(s, &mut cx, share);
+                room = room.saturating_sub(sent);
                 s.watch_reset(&mut cx);
+                self.resets[BY_SERVER] += u64::from(server_reset);
+                self.resets[BY_CLIENT] += u64::from(std::mem::take(&mut s.reset_by_client));
             }
             // One waiting for the pool stays until its ticket is taken
             // back (its descriptor is watched), one whose backend runs
@@ -446,6 +472,7 @@ impl Session {
                             redirects: 0,
                             priority,
                             done: false,
+                            reset_by_client: false,
                         },
                     );
                 }
@@ -485,7 +512,10 @@ fn receive(s: &mut Stream, cx: &mut Context<'_>, lent: &Lent<'_>) {
                     Err(_) => Body::Unstored,
                 };
             }
-            Poll::Ready(Some(Err(_))) => s.done = true,
+            Poll::Ready(Some(Err(e))) => {
+                s.reset_by_client |= client_reset(&e);
+                s.done = true;
+            }
             Poll::Pending => return,
         }
         if s.body != Body::Arriving || s.done {
@@ -498,11 +528,11 @@ fn receive(s: &mut Stream, cx: &mut Context<'_>, lent: &Lent<'_>) {
 }
 
 /// Hands stream `s`'s response body to the crate as its windows allow, at
-/// most `room` bytes; returns how many it handed. While its backend runs,
-/// an empty queue is a pause, not the end.
-fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> usize {
-    let Some(send) = s.send.as_mut() else { return 0 };
-    let mut sent = 0;
+/// most `room` bytes; returns how many it handed, and whether it reset the
+/// stream. While its backend runs, an empty queue is a pause, not the end.
+fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> (usize, bool) {
+    let Some(send) = s.send.as_mut() else { return (0, false) };
+    let (mut sent, mut reset) = (0, false);
     loop {
         let left = s.out.queued() as usize;
         if left == 0 {
@@ -524,7 +554,12 @@ fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> usize {
             0 => match send.poll_capacity(cx) {
                 Poll::Ready(Some(Ok(n))) if n > 0 => n,
                 Poll::Ready(Some(Ok(_))) | Poll::Pending => break,
-                Poll::Ready(Some(Err(_)) | None) => {
+                Poll::Ready(Some(Err(e))) => {
+                    s.reset_by_client |= client_reset(&e);
+                    s.done = true;
+                    break;
+                }
+                Poll::Ready(None) => {
                     s.done = true;
                     break;
                 }
@@ -535,13 +570,18 @@ fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> usize {
             Ok(bytes) => bytes,
             Err(_) => {
                 send.send_reset(Reason::INTERNAL_ERROR);
-                s.done = true;
+                (s.done, reset) = (true, true);
                 break;
             }
         };
         sent += bytes.len();
         let end = s.out.is_empty() && s.backend.is_none();
-        if send.send_data(Bytes::from(bytes), end).is_err() || end {
+        if let Err(e) = send.send_data(Bytes::from(bytes), end) {
+            s.reset_by_client |= client_reset(&e);
+            s.done = true;
+            break;
+        }
+        if end {
             s.done = true;
             break;
         }
@@ -549,7 +589,7 @@ fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> usize {
     if s.done {
         s.send = None;
     }
-    sent
+    (sent, reset)
 }
 
 #[cfg(test)]

@@ -106,6 +106,9 @@ impl Conn {
                 let relayed = self.relay_streams(w, session);
                 let room = MAX_GATHERED.saturating_sub(self.out.queued()) as usize;
                 let run = session.run(&lent, room);
+                for (counter, n) in w.stats.h2_resets.iter().zip(session.take_resets()) {
+                    counter.add(n);
+                }
                 self.end_abandoned(w, session);
                 session.drain(&mut self.out.buf);
                 self.out.commit_buf();

@@ -14,7 +14,7 @@ use super::upstream::pool::Pools;
 use crate::access_log;
 use crate::compress::config::WhenFull;
 use crate::compress::Compression;
-use crate::metrics::{Ending, ServerStats, SiteCounters, StageStats, Totals, GOAWAY_REASONS};
+use crate::metrics::{Ending, ServerStats, SiteCounters, StageStats, Totals, GOAWAY_REASONS, RESET_BY};
 use crate::reply::Reply;
 use crate::service_records::STAGES;
 use crate::static_io::METHODS;
@@ -171,6 +171,7 @@ pub fn serve(
                 "streams": t.h2_streams,
                 "errors": t.h2_errors,
                 "goaways": GOAWAY_REASONS.iter().zip(t.h2_goaways).map(|(r, n)| (r.to_string(), n.into())).collect::<serde_json::Map<_, _>>(),
+                "resets": RESET_BY.iter().zip(t.h2_resets).map(|(r, n)| (r.to_string(), n.into())).collect::<serde_json::Map<_, _>>(),
             },
             "tls": {
                 "connections": t.tls_active,
@@ -615,6 +616,9 @@ fn prometheus(t: &Totals, uptime: u64, workers: usize, cgi_running: u64) -> Stri
     let reasons: Vec<String> = GOAWAY_REASONS.iter().map(|r| format!("{{reason=\"{r}\"}}")).collect();
     let goaways: Vec<(&str, u64)> = reasons.iter().map(String::as_str).zip(t.h2_goaways).collect();
     metric("http2_goaways_total", "counter", "HTTP/2 GOAWAY frames sent, by reason.", &goaways);
+    let by: Vec<String> = RESET_BY.iter().map(|r| format!("{{by=\"{r}\"}}")).collect();
+    let resets: Vec<(&str, u64)> = by.iter().map(String::as_str).zip(t.h2_resets).collect();
+    metric("http2_resets_total", "counter", "HTTP/2 streams reset, by whom.", &resets);
     metric("tls_connections_active", "gauge", "Open TLS connections.", &[("", t.tls_active)]);
     let kinds =
         [("{kind=\"full\"}", t.tls_full), ("{kind=\"resumed\"}", t.tls_resumed), ("{kind=\"failed\"}", t.tls_failed)];
