@@ -583,7 +583,7 @@ fn backends(tls: &str, cgi_timeout: &str) -> Backends {
     // may hold the copy open for writing a moment longer (`ETXTBSY`).
     let printed = Command::new(hello_cgi()).output().unwrap().stdout;
     let hello = printed[common::find(&printed, b"\n\n").expect("hello.cgi's head") + 2..].to_vec();
-    let env = "REQUEST_METHOD QUERY_STRING CONTENT_LENGTH SERVER_NAME";
+    let env = "REQUEST_METHOD QUERY_STRING CONTENT_LENGTH SERVER_NAME SERVER_PROTOCOL";
     program(
         &cgi.join("env.pl"),
         &format!("print \"Content-Type: text/plain\\r\\n\\r\\n\";\nfor my $n (qw({env})) {{ print \"$n=\" . ($ENV{{$n}} // '') . \"\\n\"; }}\n"),
@@ -658,7 +658,9 @@ fn check_backends(b: &Backends, via: &Via<'_>) {
         let (head, body) = via.curl(&format!("/cgi-bin/{program}?a=1"), &out, &[]);
         let text = String::from_utf8(body).unwrap();
         assert_eq!(status(&head), 200, "{head}");
-        let expected = format!("REQUEST_METHOD=GET\nQUERY_STRING=a=1\nCONTENT_LENGTH=\nSERVER_NAME={host}\n");
+        let expected = format!(
+            "REQUEST_METHOD=GET\nQUERY_STRING=a=1\nCONTENT_LENGTH=\nSERVER_NAME={host}\nSERVER_PROTOCOL=HTTP/2.0\n"
+        );
         assert_eq!(text, expected, "{program}");
     }
     // HEAD: the head alone (curl fails a body it did not expect).

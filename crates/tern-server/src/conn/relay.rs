@@ -111,13 +111,12 @@ impl Backend {
 
 impl Conn {
     /// Takes on `job`, started by the site for `req`: its descriptor
-    /// watched as this connection's, counted; `line` is its request line
-    /// as the access log shows it; `stream`: answered on an HTTP/2 stream.
+    /// watched as this connection's, counted; `stream`: answered on an
+    /// HTTP/2 stream.
     pub(super) fn take_job(
         &self,
         w: &mut Worker<'_>,
         req: &Request<'_>,
-        line: String,
         mut job: Job,
         answerer: Answerer,
         stream: bool,
@@ -129,7 +128,7 @@ impl Conn {
         w.backend_jobs += 1;
         Box::new(Backend {
             job,
-            request_line: line,
+            request_line: req.request_line.to_string(),
             referer: owned(req.fields.referer),
             user_agent: owned(req.fields.user_agent),
             host: req.host.unwrap_or("localhost").to_string(),
@@ -144,8 +143,7 @@ impl Conn {
     /// Hands the rest of the answer to a started backend.
     pub(super) fn start_backend(&mut self, w: &mut Worker<'_>, req: &Request<'_>, job: Job, answerer: Answerer) {
         w.stats.requests.incr();
-        let line = req.request_line.to_string();
-        self.backend = Some(self.take_job(w, req, line, job, answerer, false));
+        self.backend = Some(self.take_job(w, req, job, answerer, false));
         self.phase = Phase::Backend;
         self.set_clock(Clock::Backend, w);
     }

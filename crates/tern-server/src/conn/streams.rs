@@ -228,7 +228,10 @@ impl Conn {
         let parsed = parse_head(&head, &shared.http_limits, &mut fields);
         let (mut referer, mut user_agent) = (None, None);
         let (status, bytes, site) = match parsed {
-            Ok(Head::Complete(req)) if s.body != Body::Unstored => {
+            Ok(Head::Complete(mut req)) if s.body != Body::Unstored => {
+                // The line as the client's protocol says it: the access log,
+                // and a gateway's `SERVER_PROTOCOL`, read `HTTP/2.0`.
+                req.request_line = &line;
                 (referer, user_agent) = (req.fields.referer, req.fields.user_agent);
                 loop {
                     let via = via(&self.peers, &self.io, self.redirect);
@@ -252,7 +255,7 @@ impl Conn {
                         },
                         Answer::Backend(job) => {
                             // Answered as it comes (`stream_relay.rs`).
-                            s.backend = Some(self.take_job(w, &req, line, job, (done.dressing, done.site), true));
+                            s.backend = Some(self.take_job(w, &req, job, (done.dressing, done.site), true));
                             self.count_stream(w);
                             return;
                         }
@@ -308,7 +311,7 @@ fn stream_error(s: &mut Stream, w: &Worker<'_>, fields: &[u8], status: u16) -> u
 }
 
 /// Stream `s`'s request as the HTTP/1.1 head it stands for, and its
-/// request line as the access log shows it.
+/// request line as HTTP/2 has it (`… HTTP/2.0`).
 fn render(s: &Stream) -> (Vec<u8>, String) {
     let h = &s.head;
     let target = h.uri.path_and_query().map_or("/", |p| p.as_str());
