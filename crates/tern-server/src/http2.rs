@@ -26,6 +26,11 @@ pub struct Http2 {
     /// not spoken). A `server.listen` or `tls.listen` entry with its own
     /// `protocols` speaks those instead. Default `[]` (HTTP/1.1 only).
     pub protocols: Vec<Protocol>,
+    /// Whether an address that speaks h2c also answers an HTTP/1.1 request
+    /// asking for `Upgrade: h2c` (RFC 7540 §3.2; one without a body) with
+    /// `101` and goes on in HTTP/2. Browsers never ask; `curl --http2` on
+    /// an `http://` URL does. Default false.
+    pub upgrade: bool,
     /// Streams a client may have open at once on one connection
     /// (`SETTINGS_MAX_CONCURRENT_STREAMS`); more are refused. Default 128.
     pub max_concurrent_streams: u32,
@@ -51,6 +56,7 @@ impl Default for Http2 {
     fn default() -> Self {
         Http2 {
             protocols: Vec::new(),
+            upgrade: false,
             max_concurrent_streams: 128,
             max_header_list_size: Bytes(16 * 1024),
             window: Bytes(256 * 1024),

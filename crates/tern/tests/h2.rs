@@ -224,6 +224,35 @@ fn http2_is_off_unless_configured_and_http1_is_unchanged_beside_it() {
     }
 }
 
+/// `Upgrade: h2c` is answered `101` only when `http2.upgrade` is on: the
+/// request is then answered as stream 1, exact; otherwise in HTTP/1.1.
+#[test]
+fn upgrade_h2c_is_taken_only_when_configured() {
+    let site = common::site();
+    for upgrade in [false, true] {
+        let extra = format!("[http2]\nprotocols = [\"h2c\"]\nupgrade = {upgrade}\n");
+        let tern = Tern::start(&site.root, "auto", &extra, &[]);
+        let out = site.dir.path().join("upgraded");
+        let got = Command::new("curl")
+            .args(["-sS", "--max-time", "10", "--http2", "-D", "-", "-w", "version=%{http_version}\n", "-o"])
+            .arg(&out)
+            .arg(tern.url("/small.txt?x=1"))
+            .output()
+            .expect("curl");
+        let head = String::from_utf8(got.stdout).unwrap().to_ascii_lowercase();
+        assert!(got.status.success(), "{}", String::from_utf8_lossy(&got.stderr));
+        assert_eq!(std::fs::read(&out).unwrap(), site.small, "{head}");
+        if upgrade {
+            assert!(head.starts_with("http/1.1 101 switching protocols\r\n"), "{head}");
+            assert!(head.contains("upgrade: h2c\r\n") && head.contains("\r\n\r\nhttp/2 200"), "{head}");
+            assert!(head.ends_with("version=2\n"), "{head}");
+            assert_eq!(tern.status()["http2"]["connections"], 1);
+        } else {
+            assert!(head.starts_with("http/1.1 200 ok\r\n") && head.ends_with("version=1.1\n"), "{head}");
+        }
+    }
+}
+
 /// The HTTP version curl spoke to `url` (trusting `ca`): `2`, `1.1`, or
 /// empty when it failed.
 fn http_version(ca: &Path, args: &[&str], url: &str) -> String {

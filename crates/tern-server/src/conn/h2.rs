@@ -269,6 +269,10 @@ pub(super) struct Session {
     going_away: bool,
     /// Streams reset since last asked, by whom ([`RESET_BY`]).
     resets: [u64; RESET_BY.len()],
+    /// After an `Upgrade: h2c`: the client's first bytes, held until its
+    /// preface and first frame are whole, and the upgraded request's
+    /// `HEADERS` frame to put after them (`h2c_upgrade.rs`).
+    upgraded: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Session {
@@ -292,16 +296,47 @@ impl Session {
             streams: Vec::new(),
             going_away: false,
             resets: [0; RESET_BY.len()],
+            upgraded: None,
         }
+    }
+
+    /// A session on a connection upgraded from HTTP/1.1, whose request is
+    /// stream 1: `frame`, its `HEADERS`, comes after the client's preface
+    /// and first `SETTINGS`.
+    pub(super) fn upgraded(c: &Http2, frame: Vec<u8>) -> Session {
+        Session { upgraded: Some((Vec::new(), frame)), ..Session::new(c) }
     }
 
     /// Hands the session bytes the transport read.
     pub(super) fn feed(&mut self, bytes: &[u8]) {
-        self.pipe.lock().input.extend_from_slice(bytes);
+        let Some((held, frame)) = self.upgraded.as_mut() else {
+            return self.pipe.lock().input.extend_from_slice(bytes);
+        };
+        held.extend_from_slice(bytes);
+        // The preface, then a frame (its 9-byte head and payload).
+        let first_frame_end = held
+            .get(PREFACE.len()..PREFACE.len() + 3)
+            .map(|len| PREFACE.len() + 9 + u32::from_be_bytes([0, len[0], len[1], len[2]]) as usize);
+        // Not a preface: the crate answers that as it would.
+        let broken = !held.starts_with(&PREFACE[..held.len().min(PREFACE.len())]);
+        match first_frame_end {
+            Some(end) if held.len() >= end => {
+                let mut p = self.pipe.lock();
+                p.input.extend_from_slice(&held[..end]);
+                p.input.extend_from_slice(frame);
+                p.input.extend_from_slice(&held[end..]);
+            }
+            _ if broken => self.pipe.lock().input.extend_from_slice(held),
+            _ => return,
+        }
+        self.upgraded = None;
     }
 
     /// The client closed its side.
     pub(super) fn feed_eof(&mut self) {
+        if let Some((held, _)) = self.upgraded.take() {
+            self.pipe.lock().input.extend_from_slice(&held);
+        }
         self.pipe.lock().eof = true;
     }
 

@@ -87,7 +87,9 @@ impl Conn {
                     _ => {
                         let head = &rbuf[self.rpos..self.rpos + req.head_len];
                         self.rpos += req.head_len;
-                        self.answer(shared, w, &req, head, false);
+                        if !self.upgrade_to_h2c(w, &req) {
+                            self.answer(shared, w, &req, head, false);
+                        }
                     }
                 }
                 Some(true)

@@ -19,7 +19,7 @@
 //! HTTP/2: tunnels (WebSocket through the proxy) — RFC 8441's extended
 //! `CONNECT` is not offered, and the crate refuses `Upgrade`.
 
-use tern_http::request::{parse_head, Head, MAX_HEADERS};
+use tern_http::request::{parse_head, Head, Request, MAX_HEADERS};
 
 use crate::body::OutQueue;
 use crate::error_log::{log, Level};
@@ -32,6 +32,7 @@ use crate::worker::Worker;
 
 use super::answer::{exchange, via, Answered};
 use super::h2::{Body, Lent, Session, Stream, PREFACE};
+use super::h2c_upgrade::{upgrade_frame, SWITCHING};
 use super::send::{Sent, MAX_GATHERED};
 use super::state::{Clock, Conn, Phase, Status};
 use super::transport::Fill;
@@ -50,6 +51,25 @@ impl Conn {
         w.stats.h2_connections.incr();
         self.h2 = Some(Box::new(Session::new(&w.config.http2)));
         self.phase = Phase::Session;
+    }
+
+    /// Answers an HTTP/1.1 request asking for `Upgrade: h2c` with `101` and
+    /// goes on in HTTP/2, the request as stream 1 (`h2c_upgrade.rs`), when
+    /// `http2.upgrade` is on and the address speaks h2c; whether it did.
+    pub(super) fn upgrade_to_h2c(&mut self, w: &mut Worker<'_>, req: &Request<'_>) -> bool {
+        if !(w.config.http2.upgrade && self.h2c && self.io.tls.is_none()) {
+            return false;
+        }
+        let Some(frame) = upgrade_frame(req) else { return false };
+        if self.out.buf.capacity() == 0 {
+            self.out.adopt(w.pool.take());
+        }
+        self.out.buf.extend_from_slice(SWITCHING);
+        self.out.commit_buf();
+        w.stats.h2_connections.incr();
+        self.h2 = Some(Box::new(Session::upgraded(&w.config.http2, frame)));
+        self.phase = Phase::Session;
+        true
     }
 
     /// Whether the connection speaks HTTP/2: ALPN chose it, or (on a plain
