@@ -146,6 +146,9 @@ impl Conn {
         head: &[u8],
         body_read: bool,
     ) {
+        if self.upgrade_to_h2c(w, req) {
+            return;
+        }
         let limits = &w.config.limits;
         if self.out.buf.capacity() == 0 {
             self.out.adopt(w.pool.take());

@@ -87,9 +87,7 @@ impl Conn {
                     _ => {
                         let head = &rbuf[self.rpos..self.rpos + req.head_len];
                         self.rpos += req.head_len;
-                        if !self.upgrade_to_h2c(w, &req) {
-                            self.answer(shared, w, &req, head, false);
-                        }
+                        self.answer(shared, w, &req, head, false);
                     }
                 }
                 Some(true)

@@ -57,7 +57,7 @@ impl Conn {
     /// goes on in HTTP/2, the request as stream 1 (`h2c_upgrade.rs`), when
     /// `http2.upgrade` is on and the address speaks h2c; whether it did.
     pub(super) fn upgrade_to_h2c(&mut self, w: &mut Worker<'_>, req: &Request<'_>) -> bool {
-        if !(w.config.http2.upgrade && self.h2c && self.io.tls.is_none()) {
+        if !(w.config.http2.upgrade && self.h2c && self.io.tls.is_none()) || w.closing() {
             return false;
         }
         let Some(frame) = upgrade_frame(req) else { return false };
