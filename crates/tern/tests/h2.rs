@@ -312,8 +312,9 @@ fn the_more_urgent_stream_is_sent_first() {
     let site = common::site();
     let tern = serve(&site, "");
     // Which of streams 1 and 3 (both /big.bin) ends first, when 3 says
-    // `urgency`.
-    let first_done = |urgency: Option<&str>| {
+    // `urgency`, and a `PRIORITY_UPDATE` for 3 says `update` before its
+    // `HEADERS` (`true`) or after.
+    let first_done = |urgency: Option<&str>, update: Option<(&str, bool)>| {
         let mut s = std::net::TcpStream::connect(tern.addr).unwrap();
         s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
         // Windows as large as HTTP/2 allows: only the order is the server's.
@@ -329,8 +330,15 @@ fn the_more_urgent_stream_is_sent_first() {
             }
             block
         };
+        let priority_update = |value: &str| frame(0x10, 0, 0, &[&3u32.to_be_bytes()[..], value.as_bytes()].concat());
         out.extend(frame(1, 0x5, 1, &get(None)));
+        if let Some((value, true)) = update {
+            out.extend(priority_update(value));
+        }
         out.extend(frame(1, 0x5, 3, &get(urgency)));
+        if let Some((value, false)) = update {
+            out.extend(priority_update(value));
+        }
         s.write_all(&out).unwrap();
         let (mut got, mut buf) = (Vec::new(), vec![0; 1 << 16]);
         loop {
@@ -343,8 +351,13 @@ fn the_more_urgent_stream_is_sent_first() {
             got.extend_from_slice(&buf[..n]);
         }
     };
-    assert_eq!(first_done(None), 1, "in the order asked");
-    assert_eq!(first_done(Some("u=0")), 3, "the urgent one first");
+    assert_eq!(first_done(None, None), 1, "in the order asked");
+    assert_eq!(first_done(Some("u=0"), None), 3, "the urgent one first");
+    // RFC 9218 §7.1: an update may come before its stream; it replaces
+    // what the request said.
+    assert_eq!(first_done(None, Some(("u=0", true))), 3, "made urgent before it opened");
+    assert_eq!(first_done(None, Some(("u=1", false))), 3, "made urgent once open");
+    assert_eq!(first_done(Some("u=0"), Some(("u=5", false))), 1, "made less urgent than its request said");
 }
 
 /// The streams whose last `DATA` frame (`END_STREAM`) is in `bytes`, in

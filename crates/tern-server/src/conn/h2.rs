@@ -48,6 +48,7 @@ use crate::offload::Ticket;
 use crate::spool::Spool;
 
 use super::backend::Backend;
+use super::h2_frames::FrameScan;
 
 /// The preface a client opens an HTTP/2 connection with (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -164,6 +165,8 @@ pub(super) struct Stream {
     pub(super) backend: Option<Box<Backend>>,
     /// Local redirects followed for its request.
     pub(super) redirects: u8,
+    /// Its stream identifier.
+    id: u32,
     /// How urgent the client said its answer is.
     priority: Priority,
     /// The stream is gone: answered whole, or reset by either side.
@@ -171,6 +174,9 @@ pub(super) struct Stream {
     /// Reset by the client, seen and not yet counted.
     reset_by_client: bool,
 }
+
+/// `PRIORITY_UPDATE`s kept for streams not opened yet.
+const MAX_PENDING_UPDATES: usize = 64;
 
 /// Where resets are counted ([`RESET_BY`]).
 const BY_CLIENT: usize = 0;
@@ -183,8 +189,9 @@ fn client_reset(e: &h2::Error) -> bool {
 
 /// A stream's priority (RFC 9218 §4): the urgency of its request's
 /// `priority` field, 0 (most urgent) to 7, 3 when it says none, and
-/// whether its answer is useful in parts (`i`). The `PRIORITY_UPDATE`
-/// frame is not read: the h2 crate drops frame types it does not know.
+/// whether its answer is useful in parts (`i`); a `PRIORITY_UPDATE` frame
+/// (read off the client's bytes by `h2_frames.rs`: the h2 crate drops
+/// frame types it does not know) replaces it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Priority {
     urgency: u8,
@@ -196,8 +203,14 @@ impl Priority {
     /// dictionary: `u=0, i`); members it does not know, or cannot read,
     /// leave the defaults.
     fn of(headers: &http::HeaderMap) -> Priority {
+        Priority::from_values(headers.get_all("priority").iter().map(http::HeaderValue::as_bytes))
+    }
+
+    /// From the values of priority fields (a request's, or a
+    /// `PRIORITY_UPDATE`'s, which replaces what the request said).
+    fn from_values<'a>(values: impl Iterator<Item = &'a [u8]>) -> Priority {
         let mut p = Priority { urgency: 3, incremental: false };
-        let members = headers.get_all("priority").iter().filter_map(|v| v.to_str().ok()).flat_map(|v| v.split(','));
+        let members = values.filter_map(|v| std::str::from_utf8(v).ok()).flat_map(|v| v.split(','));
         for member in members {
             let (key, value) = member.split_once('=').unwrap_or((member, "?1"));
             match (key.trim(), value.trim()) {
@@ -269,6 +282,14 @@ pub(super) struct Session {
     going_away: bool,
     /// Streams reset since last asked, by whom ([`RESET_BY`]).
     resets: [u64; RESET_BY.len()],
+    /// The client's frames, followed for what the crate drops.
+    scan: FrameScan,
+    /// `PRIORITY_UPDATE`s for streams not open yet (RFC 9218 §7.1 lets
+    /// them come first), and for open ones until applied; at most
+    /// [`MAX_PENDING_UPDATES`].
+    updates: Vec<(u32, Priority)>,
+    /// The highest stream identifier accepted.
+    last_stream: u32,
     /// After an `Upgrade: h2c`: the client's first bytes, held until its
     /// preface and first frame are whole, and the upgraded request's
     /// `HEADERS` frame to put after them (`h2c_upgrade.rs`).
@@ -296,6 +317,9 @@ impl Session {
             streams: Vec::new(),
             going_away: false,
             resets: [0; RESET_BY.len()],
+            scan: FrameScan::new(PREFACE.len()),
+            updates: Vec::new(),
+            last_stream: 0,
             upgraded: None,
         }
     }
@@ -309,6 +333,13 @@ impl Session {
 
     /// Hands the session bytes the transport read.
     pub(super) fn feed(&mut self, bytes: &[u8]) {
+        let updates = &mut self.updates;
+        self.scan.scan(bytes, &mut |stream, value| {
+            if updates.len() == MAX_PENDING_UPDATES {
+                updates.remove(0);
+            }
+            updates.push((stream, Priority::from_values(std::iter::once(value))));
+        });
         let Some((held, frame)) = self.upgraded.as_mut() else {
             return self.pipe.lock().input.extend_from_slice(bytes);
         };
@@ -444,6 +475,7 @@ impl Session {
         loop {
             self.moved.0.store(false, Relaxed);
             let result = self.poll_connection(&mut cx, lent);
+            self.reprioritize();
             // The streams are kept most urgent first: their bodies take
             // the room in that order, one after another — an incremental
             // one a chunk a turn, sharing with its equals.
@@ -470,6 +502,30 @@ impl Session {
         }
     }
 
+    /// Applies the `PRIORITY_UPDATE`s for open streams, keeping the streams
+    /// most urgent first; those for streams not opened yet wait, those for
+    /// streams gone are dropped.
+    fn reprioritize(&mut self) {
+        if self.updates.is_empty() {
+            return;
+        }
+        let mut moved = false;
+        let last = self.last_stream;
+        let streams = &mut self.streams;
+        self.updates.retain(|(id, p)| match streams.iter_mut().find(|s| s.id == *id) {
+            Some(s) => {
+                moved |= s.priority != *p;
+                s.priority = *p;
+                false
+            }
+            None => *id > last,
+        });
+        if moved {
+            // Stable: equals keep the order they were asked in.
+            self.streams.sort_by_key(|s| s.priority.urgency);
+        }
+    }
+
     /// Moves the connection on: its handshake, then frames both ways,
     /// accepting streams while it may.
     fn poll_connection(&mut self, cx: &mut Context<'_>, lent: &Lent<'_>) -> Result<(), h2::Error> {
@@ -486,7 +542,13 @@ impl Session {
                 Poll::Ready(Some(Ok((request, respond)))) => {
                     let (head, recv) = request.into_parts();
                     let body = if recv.is_end_stream() { Body::Read } else { Body::Arriving };
-                    let priority = Priority::of(&head.headers);
+                    let id = u32::from(respond.stream_id());
+                    self.last_stream = self.last_stream.max(id);
+                    let update = self.updates.iter().rposition(|(stream, _)| *stream == id);
+                    let priority = match update {
+                        Some(at) => self.updates.remove(at).1,
+                        None => Priority::of(&head.headers),
+                    };
                     // After every stream as urgent or more: answered, and
                     // its body sent, in that order.
                     let at = self.streams.iter().position(|s| s.priority.urgency > priority.urgency);
@@ -505,6 +567,7 @@ impl Session {
                             opening: None,
                             backend: None,
                             redirects: 0,
+                            id,
                             priority,
                             done: false,
                             reset_by_client: false,

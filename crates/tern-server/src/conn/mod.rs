@@ -56,6 +56,7 @@ mod answer;
 mod backend;
 mod deadline;
 mod h2;
+mod h2_frames;
 mod h2c_upgrade;
 mod records;
 mod relay;
