@@ -38,6 +38,23 @@ fn hup(tern: &Tern) {
     unsafe { libc::kill(tern.pid(), libc::SIGHUP) };
 }
 
+/// The reloads the server has logged as done.
+fn reloads(tern: &Tern) -> usize {
+    tern.stderr.lock().unwrap().matches("configuration reloaded").count()
+}
+
+/// Sends SIGHUP and waits until it is the `n`th reload done. Signals sent
+/// while a reload is under way would merge into one: each is sent once
+/// the last is done.
+fn reload(tern: &Tern, n: usize) {
+    hup(tern);
+    let start = Instant::now();
+    while reloads(tern) < n {
+        assert!(start.elapsed() < Duration::from_secs(20), "reload {n} not done");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Kept-alive connections, each answered once already (so idle).
 fn idle_connections(tern: &Tern, n: usize) -> Vec<TcpStream> {
     (0..n)
@@ -97,16 +114,8 @@ fn twelve_reloads_under_load_fail_no_request() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
-    let reloads = || tern.stderr.lock().unwrap().matches("configuration reloaded").count();
     for n in 1..=12 {
-        hup(&tern);
-        // Signals sent while a reload is under way would merge into one:
-        // each is sent once the last is done.
-        let start = Instant::now();
-        while reloads() < n {
-            assert!(start.elapsed() < Duration::from_secs(20), "reload {n} not done");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        reload(&tern, n);
         std::thread::sleep(Duration::from_millis(250));
     }
     // Ctrl-C ends the run with its report.
@@ -122,7 +131,7 @@ fn twelve_reloads_under_load_fail_no_request() {
     let requests = j["requests"].as_u64().unwrap();
     assert!(requests > 1000, "{j}");
     assert_eq!(j["status"]["200"].as_u64(), Some(requests), "{j}");
-    assert_eq!(reloads(), 12);
+    assert_eq!(reloads(&tern), 12);
 }
 
 #[test]
@@ -216,14 +225,8 @@ fn a_connection_freed_after_its_successor_ended_goes_to_the_newest_server() {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET /cgi-bin/slow.sh HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let reloads = || tern.stderr.lock().unwrap().matches("configuration reloaded").count();
     for n in 1..=2 {
-        hup(&tern);
-        let start = Instant::now();
-        while reloads() < n {
-            assert!(start.elapsed() < Duration::from_secs(10), "reload {n} not done");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        reload(&tern, n);
     }
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
