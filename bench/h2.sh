@@ -20,9 +20,8 @@
 # tern with TLS serves it over HTTP/1.1 (`tern bench --mix -cMIX_CONNS`),
 # over HTTP/2 on as many connections (`--h2 -cMIX_CONNS`) and on one
 # connection with as many streams (`--h2 -c1 --streams MIX_CONNS`, a
-# browser's way); requests/s, p99 and the server's CPU per response. While
-# tern answers CGI over HTTP/2 with `501` (no stream relay yet) the mix's
-# /cgi-bin/ entries are left out of every row, and the table says so.
+# browser's way); requests/s, p99 and the server's CPU per response. The
+# mix's CGI entries are answered on their streams as over HTTP/1.1.
 #
 # Both parts run twice: "unpinned" (WORKERS workers, everyone on every CPU)
 # and "pinned" (one worker, the server on CPU 1, the client on CPU 0).
@@ -241,8 +240,8 @@ files_part() {
     for s in "${SERVER_LIST[@]}"; do stop "$s-$mode"; done
 }
 
-# The demo site, built as README's first command does, into a copy; its
-# mix, less the CGI entries while tern answers them `501` over HTTP/2.
+# The demo site, built as README's first command does, into a copy, and its
+# mix.
 demo_site() {
     DEMO=$OUT/site
     [[ -d $DEMO ]] && return 0
@@ -258,13 +257,6 @@ mix_part() {
     demo_site
     TERN_ROOT=$DEMO TERN_EXTRA=$'[cgi]\ndirectories = ["/cgi-bin"]\nallow_root = true' CHECK_PATH=/ start "$name" tern "$workers"
     url=https://127.0.0.1:${PORT[$name]}/
-    if [[ $(curl -sk --http2 -o /dev/null -w '%{http_code}' "${url}cgi-bin/board.cgi?page=2") != 200 ]]; then
-        MIX=$OUT/demo-static.mix
-        # An entry is its line and the indented lines under it.
-        awk '/^[^ #]/ { skip = ($0 ~ /\/cgi-bin\//) } !skip' "$ROOT/site/demo.mix" >"$MIX"
-        bench_log "tern does not answer CGI over HTTP/2: the mix is $MIX (no /cgi-bin/ entries)"
-    fi
-    echo "$MIX" >"$OUT/mix-used.txt"
     for ((rep = 0; rep < REPS; rep++)); do
         for row in "h1 ${MIX_CONNS}x1" "h2 ${MIX_CONNS}x1" "h2 1x$MIX_CONNS"; do
             local proto=${row% *} shape=${row#* } h2=()
@@ -294,6 +286,6 @@ for mode in "${MODE_LIST[@]}"; do
     [[ ,$PARTS, == *,mix,* ]] && mix_part "$mode" "$workers"
 done
 
-python3 "$ROOT/bench/lib/h2_report.py" "$RUNS" "$HZ" "$(cat "$OUT/mix-used.txt" 2>/dev/null || true)" >>"$RESULTS"
+python3 "$ROOT/bench/lib/h2_report.py" "$RUNS" "$HZ" >>"$RESULTS"
 cat "$RESULTS"
 bench_log "results in $OUT"

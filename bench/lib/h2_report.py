@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tables of bench/h2.sh, in markdown, from its runs.tsv.
 
-Usage: h2_report.py RUNS_TSV CLOCK_TICKS_PER_S [MIX_FILE]
+Usage: h2_report.py RUNS_TSV CLOCK_TICKS_PER_S
 
 Every figure is the median over a cell's runs of the per-run value: the
 requests/s the client reported, the server's CPU per response (its ticks
@@ -20,7 +20,6 @@ PROTOCOLS = {"h1": "HTTP/1.1", "h2": "HTTP/2"}
 
 def main():
     runs_path, hz = sys.argv[1], float(sys.argv[2])
-    mix = sys.argv[3] if len(sys.argv) > 3 else ""
     cells = defaultdict(list)
     failing = []
     for r in csv.DictReader(open(runs_path), delimiter="\t"):
@@ -74,8 +73,6 @@ def main():
     mixes = sorted({k[1:4] for k in cells if k[0] == "mix"}, key=order)
     if mixes:
         print("\n## HTTP/1.1 against HTTP/2: the demo site's mix (site/demo.mix), tern over TLS\n")
-        if mix.endswith("demo-static.mix"):
-            print("Without the mix's /cgi-bin/ entries: tern answers CGI over HTTP/2 with 501 (no stream relay yet).\n")
         print("| mode | protocol | connections × streams | requests/s | p99 ms | server CPU µs per response |")
         print("|---|---|---|---:|---:|---:|")
         best = {}
