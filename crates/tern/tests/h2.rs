@@ -253,6 +253,31 @@ fn upgrade_h2c_is_taken_only_when_configured() {
     }
 }
 
+/// After a `101`, a first frame longer than any allowed before SETTINGS is
+/// not waited for: the connection ends with `GOAWAY` at once.
+#[test]
+fn an_upgraded_connection_with_an_oversized_first_frame_ends_at_once() {
+    use std::io::{Read, Write};
+    let site = common::site();
+    let tern = Tern::start(&site.root, "auto", "[http2]\nprotocols = [\"h2c\"]\nupgrade = true\n", &[]);
+    let mut s = std::net::TcpStream::connect(tern.addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    let ask = "GET /small.txt HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: \r\n\r\n";
+    let mut out = ask.as_bytes().to_vec();
+    out.extend(common::h2::preface().iter().take(24));
+    // A SETTINGS frame's head saying 1 MiB follows, and no more.
+    out.extend_from_slice(&[0x10, 0, 0, 4, 0, 0, 0, 0, 0]);
+    s.write_all(&out).unwrap();
+    let mut got = Vec::new();
+    let read = s.read_to_end(&mut got);
+    assert!(read.is_ok(), "not closed: {read:?} after {} bytes", got.len());
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"), "{text}");
+    let end = common::find(&got, b"\r\n\r\n").unwrap() + 4;
+    let frames = common::h2::frames(&got[end..]);
+    assert!(frames.iter().any(|(kind, ..)| *kind == 7), "no GOAWAY: {frames:?}");
+}
+
 /// The HTTP version curl spoke to `url` (trusting `ca`): `2`, `1.1`, or
 /// empty when it failed.
 fn http_version(ca: &Path, args: &[&str], url: &str) -> String {

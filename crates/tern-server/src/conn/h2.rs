@@ -348,10 +348,13 @@ impl Session {
         let first_frame_end = held
             .get(PREFACE.len()..PREFACE.len() + 3)
             .map(|len| PREFACE.len() + 9 + u32::from_be_bytes([0, len[0], len[1], len[2]]) as usize);
-        // Not a preface: the crate answers that as it would.
-        let broken = !held.starts_with(&PREFACE[..held.len().min(PREFACE.len())]);
+        // Not a preface, or a first frame longer than any the crate takes
+        // before its SETTINGS (RFC 9113 §4.2): the crate answers that as
+        // it would, and nothing is held longer.
+        let too_long = first_frame_end.is_some_and(|end| end - PREFACE.len() - 9 > 16_384);
+        let broken = too_long || !held.starts_with(&PREFACE[..held.len().min(PREFACE.len())]);
         match first_frame_end {
-            Some(end) if held.len() >= end => {
+            Some(end) if held.len() >= end && !broken => {
                 let mut p = self.pipe.lock();
                 p.input.extend_from_slice(&held[..end]);
                 p.input.extend_from_slice(frame);
