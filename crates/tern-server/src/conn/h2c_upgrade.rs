@@ -20,14 +20,16 @@
 use base64::Engine;
 use tern_http::request::{BodyFraming, Request};
 
+use super::streams::CONNECTION_FIELDS;
+
 /// Largest frame the server accepts before `SETTINGS` say otherwise (RFC
 /// 9113 §4.2): a request whose fields code to more is not upgraded.
 const MAX_FRAME: usize = 16_384;
 
-/// Fields of HTTP/1.1's connection, and those the upgrade consumed: not
-/// fields of the HTTP/2 request (RFC 9113 §8.2.2).
-const DROPPED: [&str; 8] =
-    ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "http2-settings", "host", "te"];
+/// Fields the upgrade consumed or carries otherwise (`Host` as
+/// `:authority`), not kept besides HTTP/1.1's connection fields (RFC 9113
+/// §8.2.2).
+const CONSUMED: [&str; 3] = ["http2-settings", "host", "te"];
 
 /// The `HEADERS` frame standing for `req` on stream 1, when `req` asks to
 /// upgrade to h2c and may.
@@ -58,7 +60,8 @@ pub(super) fn upgrade_frame(req: &Request<'_>) -> Option<Vec<u8>> {
     if let Some(host) = req.host {
         literal_indexed(&mut block, 1, host.as_bytes());
     }
-    for h in req.headers.iter().filter(|h| !DROPPED.iter().any(|d| h.name.eq_ignore_ascii_case(d))) {
+    let dropped = |name: &str| CONNECTION_FIELDS.iter().chain(&CONSUMED).any(|d| name.eq_ignore_ascii_case(d));
+    for h in req.headers.iter().filter(|h| !dropped(h.name)) {
         literal_new(&mut block, h.name.to_ascii_lowercase().as_bytes(), h.value);
     }
     if block.len() > MAX_FRAME {

@@ -39,7 +39,8 @@ use super::transport::Fill;
 
 /// Fields of HTTP/1.1's connection, which HTTP/2 forbids (RFC 9113
 /// §8.2.2): a response head's are left out of its HTTP/2 fields.
-const CONNECTION_FIELDS: [&str; 5] = ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
+pub(super) const CONNECTION_FIELDS: [&str; 5] =
+    ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
 
 /// Most response fields a head may have to be framed.
 const MAX_RESPONSE_FIELDS: usize = 128;
