@@ -50,6 +50,11 @@ use crate::spool::Spool;
 use super::backend::Backend;
 use super::h2_frames::FrameScan;
 
+/// Fields of HTTP/1.1's connection, which HTTP/2 forbids (RFC 9113
+/// §8.2.2): a response head's are left out of its HTTP/2 fields.
+pub(super) const CONNECTION_FIELDS: [&str; 5] =
+    ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
+
 /// The preface a client opens an HTTP/2 connection with (RFC 9113 §3.4).
 pub(super) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 

@@ -20,7 +20,7 @@
 use base64::Engine;
 use tern_http::request::{BodyFraming, Request};
 
-use super::streams::CONNECTION_FIELDS;
+use super::h2::CONNECTION_FIELDS;
 
 /// Largest frame the server accepts before `SETTINGS` say otherwise (RFC
 /// 9113 §4.2): a request whose fields code to more is not upgraded.

@@ -31,16 +31,11 @@ use crate::sys;
 use crate::worker::Worker;
 
 use super::answer::{exchange, via, Answered};
-use super::h2::{Body, Lent, Session, Stream, PREFACE};
+use super::h2::{Body, Lent, Session, Stream, CONNECTION_FIELDS, PREFACE};
 use super::h2c_upgrade::{upgrade_frame, SWITCHING};
 use super::send::{Sent, MAX_GATHERED};
 use super::state::{Clock, Conn, Phase, Status};
 use super::transport::Fill;
-
-/// Fields of HTTP/1.1's connection, which HTTP/2 forbids (RFC 9113
-/// §8.2.2): a response head's are left out of its HTTP/2 fields.
-pub(super) const CONNECTION_FIELDS: [&str; 5] =
-    ["connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"];
 
 /// Most response fields a head may have to be framed.
 const MAX_RESPONSE_FIELDS: usize = 128;
