@@ -19,6 +19,7 @@
 //! HTTP/2: tunnels (WebSocket through the proxy) — RFC 8441's extended
 //! `CONNECT` is not offered, and the crate refuses `Upgrade`.
 
+use bytes::Bytes;
 use tern_http::request::{parse_head, Head, Request, MAX_HEADERS};
 
 use crate::body::OutQueue;
@@ -130,7 +131,13 @@ impl Conn {
                 self.out.commit_buf();
                 match (run, session.next_ready()) {
                     (Err(e), _) => break Some(e),
-                    (Ok(()), Some(i)) => self.answer_stream(shared, w, session, i),
+                    // Every stream ready is answered before the session
+                    // runs again: it then frames all their heads at once.
+                    (Ok(()), Some(_)) => {
+                        while let Some(i) = session.next_ready() {
+                            self.answer_stream(shared, w, session, i);
+                        }
+                    }
                     // Their bytes sent, the jobs may have more room.
                     (Ok(()), None) if relayed => {}
                     (Ok(()), None) => break None,
@@ -331,9 +338,11 @@ fn stream_error(s: &mut Stream, w: &Worker<'_>, fields: &[u8], status: u16) -> u
 fn render(s: &Stream) -> (Vec<u8>, String) {
     let h = &s.head;
     let target = h.uri.path_and_query().map_or("/", |p| p.as_str());
-    let line = format!("{} {target} HTTP/2.0", h.method);
+    let line = [h.method.as_str(), " ", target, " HTTP/2.0"].concat();
     let mut head = Vec::with_capacity(256);
-    head.extend_from_slice(format!("{} {target} HTTP/1.1\r\n", h.method).as_bytes());
+    for part in [h.method.as_str(), " ", target, " HTTP/1.1\r\n"] {
+        head.extend_from_slice(part.as_bytes());
+    }
     let authority = h.uri.authority();
     if let Some(a) = authority {
         field(&mut head, "host", a.as_str().as_bytes());
@@ -375,19 +384,25 @@ fn field(head: &mut Vec<u8>, name: &str, value: &[u8]) {
 
 /// The head `Reply` wrote at the front of `out`, taken off it as an
 /// HTTP/2 response: its status and fields, but HTTP/1.1's connection
-/// fields. `None` when it is not a head (nothing was answered).
+/// fields. `None` when it is not a head (nothing was answered). The head
+/// is copied once; each value is a slice of that copy, not a copy of its
+/// own (a field a response costs an allocation otherwise).
 pub(super) fn framed_head(out: &mut OutQueue) -> Option<http::Response<()>> {
     out.commit_buf();
     let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_FIELDS];
     let mut parsed = httparse::Response::new(&mut fields);
     let Ok(httparse::Status::Complete(len)) = parsed.parse(&out.buf) else { return None };
-    let mut head = http::Response::builder().status(parsed.code?);
-    for f in parsed.headers.iter() {
-        if !CONNECTION_FIELDS.iter().any(|c| f.name.eq_ignore_ascii_case(c)) {
-            head = head.header(f.name, f.value);
-        }
+    let copy = Bytes::copy_from_slice(&out.buf[..len]);
+    let start = out.buf.as_ptr() as usize;
+    let mut head = http::Response::new(());
+    *head.status_mut() = http::StatusCode::from_u16(parsed.code?).ok()?;
+    let map = head.headers_mut();
+    map.reserve(parsed.headers.len());
+    for f in parsed.headers.iter().filter(|f| !CONNECTION_FIELDS.iter().any(|c| f.name.eq_ignore_ascii_case(c))) {
+        let at = f.value.as_ptr() as usize - start;
+        let value = http::HeaderValue::from_maybe_shared(copy.slice(at..at + f.value.len())).ok()?;
+        map.append(http::HeaderName::from_bytes(f.name.as_bytes()).ok()?, value);
     }
-    let head = head.body(()).ok()?;
     out.pull(len).ok()?;
     Some(head)
 }
