@@ -38,6 +38,9 @@ use super::send::{Sent, MAX_GATHERED};
 use super::state::{Clock, Conn, Phase, Status};
 use super::transport::Fill;
 
+/// Bytes a stream's queue holds from the start: most response heads.
+const HEAD_ROOM: usize = 512;
+
 /// Most response fields a head may have to be framed.
 const MAX_RESPONSE_FIELDS: usize = 128;
 
@@ -96,8 +99,13 @@ impl Conn {
     fn run_session(&mut self, session: &mut Session, shared: &Shared, w: &mut Worker<'_>) -> Status {
         let config = w.config;
         let st = &config.static_files;
-        // A stream's queue copies file regions into frames: no pool.
-        let out = || OutQueue::new(st.read_chunk.usize(), st.sendfile_max_chunk.0, false);
+        // A stream's queue copies file regions into frames: no pool; room
+        // for a head from the start, not grown to it field by field.
+        let out = || {
+            let mut q = OutQueue::new(st.read_chunk.usize(), st.sendfile_max_chunk.0, false);
+            q.buf.reserve(HEAD_ROOM);
+            q
+        };
         let lent = Lent {
             max_body: config.limits.max_body_bytes.0,
             body_window: config.limits.body_buffer.usize(),
