@@ -1280,3 +1280,22 @@ fn trailer_fields_end_an_http2_stream_after_its_body() -> io::Result<()> {
     assert!(frames[headers].contains("flags=0x05") && after.contains("; END_STREAM | END_HEADERS"), "{out}");
     Ok(())
 }
+
+#[test]
+fn an_http2_request_body_ended_by_trailer_fields_is_answered_without_them() -> io::Result<()> {
+    let up = Upstream::go()?;
+    let ups = format!("[http2]\nprotocols = [\"h2c\"]\n\n{}", upstream("app", &[up.addr()], ""));
+    let (tern, root) = proxy(&ups, &location("/", "app"));
+    let body = root.path().join("body");
+    std::fs::write(&body, pattern(100_000))?;
+    let data = body.to_str().unwrap();
+    let out = nghttp(&tern, "/echo/trailers", &["-d", data, "--trailer", "x-sum: 1"]);
+    // The request ended with a HEADERS frame of its own: its trailer.
+    assert!(out.contains("] send HEADERS frame <length=") && out.contains("x-sum: 1"), "{out}");
+    assert!(out.contains(":status: 200"), "{out}");
+    let json_at = out.find("{\"").unwrap_or_else(|| panic!("no echo: {out}"));
+    let e: Value = serde_json::Deserializer::from_str(&out[json_at..]).into_iter().next().unwrap().unwrap();
+    assert_eq!(e["body_sha256"], sha256_hex(&pattern(100_000)), "{e}");
+    assert_eq!(seen(&e, "x-sum"), &Value::Null, "{e}");
+    Ok(())
+}

@@ -616,12 +616,21 @@ fn receive(s: &mut Stream, cx: &mut Context<'_>, lent: &Lent<'_>) {
                     s.body = Body::Unstored;
                 }
             }
-            Poll::Ready(None) => {
-                s.body = match s.spool.finish() {
-                    Ok(()) => Body::Read,
-                    Err(_) => Body::Unstored,
-                };
-            }
+            // The body ended, with its last `DATA` or with a trailing
+            // `HEADERS`, whose fields no handler sees (as a chunked
+            // request's trailer fields).
+            Poll::Ready(None) => match recv.poll_trailers(cx) {
+                Poll::Ready(Err(e)) => {
+                    s.reset_by_client |= client_reset(&e);
+                    s.done = true;
+                }
+                _ => {
+                    s.body = match s.spool.finish() {
+                        Ok(()) => Body::Read,
+                        Err(_) => Body::Unstored,
+                    };
+                }
+            },
             Poll::Ready(Some(Err(e))) => {
                 s.reset_by_client |= client_reset(&e);
                 s.done = true;
