@@ -37,7 +37,7 @@ const REWRITTEN: [&str; 8] = [
 /// route, authenticate or describe the whole message, which fields coming
 /// after its body cannot change (a client would apply them too late, or
 /// not at all).
-const NEVER_TRAILERS: [&str; 22] = [
+const NEVER_TRAILERS: [&str; 24] = [
     "content-length",
     "content-encoding",
     "content-type",
@@ -60,6 +60,8 @@ const NEVER_TRAILERS: [&str; 22] = [
     "if-match",
     "if-none-match",
     "if-modified-since",
+    "if-unmodified-since",
+    "if-range",
 ];
 
 /// Is `name` a hop-by-hop field, given the tokens of the message's
