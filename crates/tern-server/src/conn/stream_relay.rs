@@ -10,9 +10,9 @@
 //! for a stream (`Framing::Stream`: no chunks); once its head is complete
 //! it is handed to the session, and its body follows as `DATA` as it
 //! comes, then its trailer fields (a proxied chunked response's) as the
-//! stream's last `HEADERS` — a job whose stream has [`MAX_GATHERED`] queued is not pumped
-//! until the session has sent some (a fast backend and a slow client
-//! buffer no more than that). A failure before the head is its error page
+//! stream's last `HEADERS` — a job whose stream has [`MAX_GATHERED`]
+//! queued is not pumped until the session has sent some (a fast backend
+//! and a slow client buffer no more than that). A failure before the head is its error page
 //! on that stream, after it a `RST_STREAM`; a local redirect is answered
 //! again on the stream; a stream that is gone (reset, the connection
 //! over) abandons its job.
