@@ -1,10 +1,12 @@
 //! Strict decoding of `Transfer-Encoding: chunked` bodies: request bodies,
 //! and the upstream responses the reverse proxy relays.
 //!
-//! Only the data comes out: extensions and trailer fields are checked and
-//! dropped (a proxy must not forward what it cannot vouch for, RFC 9110
-//! §6.5.1). The decoder sets no limit on the body's size; its caller does
-//! (a request's maximum body; none for a response relayed as it streams).
+//! The data comes out as it is decoded; extensions are checked and
+//! dropped; the trailer section is checked and kept, whole, for the caller
+//! to read once the body is done ([`ChunkedDecoder::trailers`]): which of
+//! its fields may go on is the caller's to decide (RFC 9110 §6.5.1). The
+//! decoder sets no limit on the body's size; its caller does (a request's
+//! maximum body; none for a response relayed as it streams).
 //!
 //! A byte-at-a-time state machine for the framing (sizes, extensions,
 //! trailers) and bulk slices for the data, so a body split anywhere decodes
@@ -19,7 +21,8 @@ use crate::request::is_tchar;
 pub const MAX_BWS: u8 = 8;
 /// Most bytes of extensions on one chunk-size line.
 pub const MAX_EXTENSION_BYTES: usize = 4096;
-/// Most bytes of trailer section.
+/// Most bytes of trailer section (its lines' CRLFs counted), kept until
+/// the body is done.
 pub const MAX_TRAILER_BYTES: usize = 8192;
 /// 16 hex digits fill a u64.
 const MAX_SIZE_DIGITS: u8 = 16;
@@ -72,7 +75,8 @@ pub struct ChunkedDecoder {
     digits: u8,
     bws: u8,
     ext_bytes: usize,
-    trailer_bytes: usize,
+    /// The trailer section's field lines as they came, CRLFs included.
+    trailer: Vec<u8>,
 }
 
 impl Default for ChunkedDecoder {
@@ -83,11 +87,22 @@ impl Default for ChunkedDecoder {
 
 impl ChunkedDecoder {
     pub fn new() -> Self {
-        ChunkedDecoder { state: State::Size, size: 0, digits: 0, bws: 0, ext_bytes: 0, trailer_bytes: 0 }
+        ChunkedDecoder { state: State::Size, size: 0, digits: 0, bws: 0, ext_bytes: 0, trailer: Vec::new() }
     }
 
     pub fn is_done(&self) -> bool {
         self.state == State::Done
+    }
+
+    /// The trailer fields, once the body is done (none before): names as
+    /// sent, values without the whitespace around them.
+    pub fn trailers(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let section = if self.is_done() { &self.trailer[..] } else { &[] };
+        section.split(|&b| b == b'\n').filter_map(|line| {
+            let line = line.strip_suffix(b"\r")?;
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], line[colon + 1..].trim_ascii()))
+        })
     }
 
     /// Decodes from `input`; returns the bytes consumed and what was found.
@@ -266,24 +281,24 @@ impl ChunkedDecoder {
             }
             TrailerLineStart => match b {
                 b'\r' => self.state = FinalLf,
-                _ if is_tchar(b) => self.trailer(TrailerName)?,
+                _ if is_tchar(b) => self.trailer(b, TrailerName)?,
                 _ => return Err(ChunkError("invalid trailer field")),
             },
             TrailerName => match b {
-                _ if is_tchar(b) => self.trailer(TrailerName)?,
-                b':' => self.trailer(TrailerValue)?,
+                _ if is_tchar(b) => self.trailer(b, TrailerName)?,
+                b':' => self.trailer(b, TrailerValue)?,
                 _ => return Err(ChunkError("invalid trailer field name")),
             },
             TrailerValue => match b {
-                b'\r' => self.state = TrailerLf,
-                b'\t' | b' '..=0x7e | 0x80..=0xff => self.trailer(TrailerValue)?,
+                b'\r' => self.trailer(b, TrailerLf)?,
+                b'\t' | b' '..=0x7e | 0x80..=0xff => self.trailer(b, TrailerValue)?,
                 _ => return Err(ChunkError("invalid trailer field value")),
             },
             TrailerLf => {
                 if b != b'\n' {
                     return Err(ChunkError("bare CR in trailer"));
                 }
-                self.state = TrailerLineStart;
+                self.trailer(b, TrailerLineStart)?;
             }
             FinalLf => {
                 if b != b'\n' {
@@ -296,11 +311,11 @@ impl ChunkedDecoder {
         Ok(())
     }
 
-    fn trailer(&mut self, next: State) -> Result<(), ChunkError> {
-        self.trailer_bytes += 1;
-        if self.trailer_bytes > MAX_TRAILER_BYTES {
+    fn trailer(&mut self, b: u8, next: State) -> Result<(), ChunkError> {
+        if self.trailer.len() >= MAX_TRAILER_BYTES {
             return Err(ChunkError("trailer section too large"));
         }
+        self.trailer.push(b);
         self.state = next;
         Ok(())
     }
@@ -310,8 +325,15 @@ impl ChunkedDecoder {
 mod tests {
     use super::*;
 
-    /// Decodes `input` fed in pieces of `step` bytes.
+    /// Decodes `input` fed in pieces of `step` bytes: the data, whether the
+    /// body ended, and the bytes it took.
     fn decode_in_steps(input: &[u8], step: usize) -> Result<(Vec<u8>, bool, usize), ChunkError> {
+        let (data, dec, used) = decoder_in_steps(input, step)?;
+        Ok((data, dec.is_done(), used))
+    }
+
+    /// As [`decode_in_steps`], with the decoder as it was left.
+    fn decoder_in_steps(input: &[u8], step: usize) -> Result<(Vec<u8>, ChunkedDecoder, usize), ChunkError> {
         let mut dec = ChunkedDecoder::new();
         let mut out = Vec::new();
         let mut fed = 0;
@@ -329,13 +351,50 @@ mod tests {
                     Chunk::NeedMore => break,
                     Chunk::Done => {
                         let used = fed - (pending.len() - pos);
-                        return Ok((out, true, used));
+                        return Ok((out, dec, used));
                     }
                 }
             }
             pending.drain(..pos);
         }
-        Ok((out, false, fed))
+        Ok((out, dec, fed))
+    }
+
+    fn trailers(dec: &ChunkedDecoder) -> Vec<(String, String)> {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        dec.trailers().map(|(name, value)| (text(name), text(value))).collect()
+    }
+
+    /// The trailer section comes out whole however it was split, names as
+    /// sent and values trimmed; a body without one has none.
+    #[test]
+    fn keeps_the_trailer_section_at_every_split() {
+        let body = b"3\r\nabc\r\n0\r\nX-Checksum: abc\r\nserver-timing:db;dur=53 \t\r\nEmpty:\r\n\r\nNEXT";
+        let want = [("X-Checksum", "abc"), ("server-timing", "db;dur=53"), ("Empty", "")];
+        let want: Vec<(String, String)> = want.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+        for step in 1..body.len() {
+            let (data, dec, used) = decoder_in_steps(body, step).unwrap();
+            assert_eq!((data.as_slice(), used), (&b"abc"[..], body.len() - 4), "step {step}");
+            assert_eq!(trailers(&dec), want, "step {step}");
+        }
+        let (_, dec, _) = decoder_in_steps(b"3\r\nabc\r\n0\r\n\r\n", 1).unwrap();
+        assert_eq!(trailers(&dec), []);
+        // Not before the section's end: a field may be cut.
+        let (_, dec, _) = decoder_in_steps(b"0\r\nX-Checksum: ab", 4096).unwrap();
+        assert_eq!((dec.is_done(), trailers(&dec)), (false, vec![]));
+    }
+
+    /// The section's bytes, CRLFs counted, are bounded.
+    #[test]
+    fn refuses_a_trailer_section_past_its_limit() {
+        let section = |len: usize| {
+            let line = format!("X: {}\r\n", "v".repeat(len - 5));
+            format!("0\r\n{line}\r\n").into_bytes()
+        };
+        let (_, dec, _) = decoder_in_steps(&section(MAX_TRAILER_BYTES), 100).unwrap();
+        assert_eq!(trailers(&dec)[0].1.len(), MAX_TRAILER_BYTES - 5);
+        let err = decoder_in_steps(&section(MAX_TRAILER_BYTES + 1), 100).err();
+        assert_eq!(err, Some(ChunkError("trailer section too large")));
     }
 
     #[test]
@@ -385,8 +444,8 @@ mod tests {
     }
 
     /// An upstream's body: chunks far larger than a request's body limit
-    /// stream through in slices, the trailer is dropped, the next response
-    /// starts right after.
+    /// stream through in slices, the trailer is kept apart, the next
+    /// response starts right after.
     #[test]
     fn decodes_response_bodies() {
         let mut dec = ChunkedDecoder::new();

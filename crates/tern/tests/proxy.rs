@@ -230,7 +230,8 @@ fn request_fields_cross_by_the_rules() -> io::Result<()> {
     let (tern, _root) = proxy(&upstreams, &locations);
 
     // Hop-by-hop fields stay on the client's hop: those `Connection` names
-    // too; a body arrives with its length whatever its framing was.
+    // too, but `TE: trailers`, which goes on (tern passes trailer fields);
+    // a body arrives with its length whatever its framing was.
     let hops = "Connection: keep-alive, X-Private\r\nX-Private: secret\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\n\
                 Trailer: X-Sum\r\nProxy-Authorization: Basic eDp5\r\nProxy-Connection: keep-alive\r\n\
                 Upgrade: h2c\r\nX-Kept: yes\r\n";
@@ -241,9 +242,13 @@ fn request_fields_cross_by_the_rules() -> io::Result<()> {
              5\r\nhello\r\n0\r\n\r\n"
         ),
     );
-    for gone in ["connection", "x-private", "keep-alive", "te", "trailer", "proxy-authorization", "proxy-connection"] {
+    for gone in ["x-private", "keep-alive", "trailer", "proxy-authorization", "proxy-connection"] {
         assert_eq!(seen(&e, gone), &Value::Null, "{gone} crossed: {e}");
     }
+    assert_eq!(
+        (seen(&e, "te"), seen(&e, "connection")),
+        (&serde_json::json!(["trailers"]), &serde_json::json!(["te"]))
+    );
     assert_eq!((seen(&e, "upgrade"), seen(&e, "transfer-encoding")), (&Value::Null, &Value::Null), "{e}");
     assert_eq!(seen(&e, "x-kept"), &serde_json::json!(["yes"]));
     assert_eq!(seen(&e, "content-length"), &serde_json::json!(["5"]));
@@ -1213,5 +1218,84 @@ fn out_of_descriptors_a_proxied_request_is_503_for_now() -> io::Result<()> {
         Client::connect(tern.addr).get("/up/x", "").is_ok_and(|(head, body)| head.status == 200 && body == b"ok")
     }));
     assert_eq!(servers(&tern, "app")[0]["up"], Value::Bool(true), "the server was not marked down");
+    Ok(())
+}
+
+/// A chunked response with trailer fields: one a client may have, the
+/// others hop-by-hop or ones no trailer may carry.
+const WITH_TRAILERS: &[u8] = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Checksum\r\n\r\n\
+    5\r\nhello\r\n0\r\nX-Checksum: abc\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nContent-Length: 5\r\n\
+    Host: elsewhere\r\nProxy-Status: x\r\n\r\n";
+
+/// What a raw request to `tern` got, the whole connection's bytes.
+fn raw_exchange(tern: &Tern, request: &str) -> String {
+    let mut s = TcpStream::connect(tern.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    String::from_utf8(got).unwrap()
+}
+
+#[test]
+fn trailer_fields_reach_an_http11_client_in_the_last_chunk_but_hop_by_hop_ones() -> io::Result<()> {
+    let (tern, _root) = proxy_to(&[answering_server(WITH_TRAILERS)], "");
+    let got = raw_exchange(&tern, "GET / HTTP/1.1\r\nHost: proxy.test\r\nTE: trailers\r\nConnection: close\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(got.contains("\r\nTransfer-Encoding: chunked\r\n"), "{got}");
+    assert!(got.ends_with("\r\nhello\r\n0\r\nX-Checksum: abc\r\n\r\n"), "{got}");
+
+    // HTTP/1.0 has no chunks to carry them: the body alone, ended by the close.
+    let got = raw_exchange(&tern, "GET / HTTP/1.0\r\nHost: proxy.test\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n") && got.ends_with("\r\n\r\nhello"), "{got}");
+    assert!(!got.contains("X-Checksum"), "{got}");
+    Ok(())
+}
+
+/// `nghttp -v` of `path` on `tern` over h2c, with `args`: what it printed.
+fn nghttp(tern: &Tern, path: &str, args: &[&str]) -> String {
+    let url = format!("http://{}{path}", tern.addr);
+    let got = Command::new("nghttp").args(["-v", "-t", "20"]).args(args).arg(url).output().expect("nghttp");
+    let text = String::from_utf8_lossy(&got.stdout).into_owned();
+    assert!(got.status.success(), "nghttp {path}: {text}{}", String::from_utf8_lossy(&got.stderr));
+    text
+}
+
+#[test]
+fn trailer_fields_end_an_http2_stream_after_its_body() -> io::Result<()> {
+    let ups = format!("[http2]\nprotocols = [\"h2c\"]\n\n{}", upstream("app", &[answering_server(WITH_TRAILERS)], ""));
+    let (tern, _root) = proxy(&ups, &location("/", "app"));
+    let out = nghttp(&tern, "/", &["-H", "te: trailers"]);
+    // The body in DATA without END_STREAM, then HEADERS with the trailer
+    // fields and END_STREAM (the response's own HEADERS came first).
+    let frames: Vec<&str> = out.lines().filter_map(|l| l.split_once("] recv ").map(|(_, f)| f)).collect();
+    let headers = frames.iter().rposition(|f| f.starts_with("HEADERS frame")).expect("a HEADERS frame");
+    let data = frames.iter().position(|f| f.starts_with("DATA frame")).expect("a DATA frame");
+    assert!(data < headers, "{out}");
+    assert!(frames[data].contains("<length=5, flags=0x00"), "{out}");
+    let fields = frames[data..headers].iter().filter(|f| f.starts_with("(stream_id="));
+    let trailers: Vec<&str> = fields.filter_map(|f| f.split_once(") ").map(|(_, field)| field)).collect();
+    assert_eq!(trailers, ["x-checksum: abc"], "{out}");
+    let after = out.split(frames[headers]).nth(1).unwrap();
+    assert!(frames[headers].contains("flags=0x05") && after.contains("; END_STREAM | END_HEADERS"), "{out}");
+    Ok(())
+}
+
+#[test]
+fn an_http2_request_body_ended_by_trailer_fields_is_answered_without_them() -> io::Result<()> {
+    let up = Upstream::go()?;
+    let ups = format!("[http2]\nprotocols = [\"h2c\"]\n\n{}", upstream("app", &[up.addr()], ""));
+    let (tern, root) = proxy(&ups, &location("/", "app"));
+    let body = root.path().join("body");
+    std::fs::write(&body, pattern(100_000))?;
+    let data = body.to_str().unwrap();
+    let out = nghttp(&tern, "/echo/trailers", &["-d", data, "--trailer", "x-sum: 1"]);
+    // The request ended with a HEADERS frame of its own: its trailer.
+    assert!(out.contains("] send HEADERS frame <length=") && out.contains("x-sum: 1"), "{out}");
+    assert!(out.contains(":status: 200"), "{out}");
+    let json_at = out.find("{\"").unwrap_or_else(|| panic!("no echo: {out}"));
+    let e: Value = serde_json::Deserializer::from_str(&out[json_at..]).into_iter().next().unwrap().unwrap();
+    assert_eq!(e["body_sha256"], sha256_hex(&pattern(100_000)), "{e}");
+    assert_eq!(seen(&e, "x-sum"), &Value::Null, "{e}");
     Ok(())
 }

@@ -168,6 +168,9 @@ pub(super) struct Stream {
     /// The backend (CGI program, FastCGI exchange, proxied request)
     /// answering it, while it runs: its body is still to come.
     pub(super) backend: Option<Box<Backend>>,
+    /// The trailer fields its backend ended with (a proxied response's):
+    /// a `HEADERS` frame ends the stream, after all of its body.
+    pub(super) trailers: Option<http::HeaderMap>,
     /// Local redirects followed for its request.
     pub(super) redirects: u8,
     /// Its stream identifier.
@@ -447,7 +450,7 @@ impl Session {
     pub(super) fn respond(&mut self, i: usize, head: http::Response<()>) {
         let s = &mut self.streams[i];
         let Some(mut respond) = s.respond.take() else { return };
-        let end = s.out.is_empty() && s.backend.is_none();
+        let end = s.out.is_empty() && s.backend.is_none() && s.trailers.is_none();
         match respond.send_response(head, end) {
             Ok(send) if !end => s.send = Some(send),
             _ => s.done = true,
@@ -574,6 +577,7 @@ impl Session {
                             out: (lent.out)(),
                             opening: None,
                             backend: None,
+                            trailers: None,
                             redirects: 0,
                             id,
                             priority,
@@ -612,12 +616,21 @@ fn receive(s: &mut Stream, cx: &mut Context<'_>, lent: &Lent<'_>) {
                     s.body = Body::Unstored;
                 }
             }
-            Poll::Ready(None) => {
-                s.body = match s.spool.finish() {
-                    Ok(()) => Body::Read,
-                    Err(_) => Body::Unstored,
-                };
-            }
+            // The body ended, with its last `DATA` or with a trailing
+            // `HEADERS`, whose fields no handler sees (as a chunked
+            // request's trailer fields).
+            Poll::Ready(None) => match recv.poll_trailers(cx) {
+                Poll::Ready(Err(e)) => {
+                    s.reset_by_client |= client_reset(&e);
+                    s.done = true;
+                }
+                _ => {
+                    s.body = match s.spool.finish() {
+                        Ok(()) => Body::Read,
+                        Err(_) => Body::Unstored,
+                    };
+                }
+            },
             Poll::Ready(Some(Err(e))) => {
                 s.reset_by_client |= client_reset(&e);
                 s.done = true;
@@ -635,7 +648,9 @@ fn receive(s: &mut Stream, cx: &mut Context<'_>, lent: &Lent<'_>) {
 
 /// Hands stream `s`'s response body to the crate as its windows allow, at
 /// most `room` bytes; returns how many it handed, and whether it reset the
-/// stream. While its backend runs, an empty queue is a pause, not the end.
+/// stream. While its backend runs, an empty queue is a pause, not the end;
+/// trailer fields end the stream after the last `DATA` in place of its
+/// `END_STREAM` flag.
 fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> (usize, bool) {
     let Some(send) = s.send.as_mut() else { return (0, false) };
     let (mut sent, mut reset) = (0, false);
@@ -644,7 +659,10 @@ fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> (usize, bool) {
         if left == 0 {
             if s.backend.is_none() {
                 // The backend ended after all its bytes were handed.
-                let _ = send.send_data(Bytes::new(), true);
+                let _ = match s.trailers.take() {
+                    Some(trailers) => send.send_trailers(trailers),
+                    None => send.send_data(Bytes::new(), true),
+                };
                 s.done = true;
             }
             break;
@@ -681,7 +699,7 @@ fn send(s: &mut Stream, cx: &mut Context<'_>, room: usize) -> (usize, bool) {
             }
         };
         sent += bytes.len();
-        let end = s.out.is_empty() && s.backend.is_none();
+        let end = s.out.is_empty() && s.backend.is_none() && s.trailers.is_none();
         if let Err(e) = send.send_data(Bytes::from(bytes), end) {
             s.reset_by_client |= client_reset(&e);
             s.done = true;

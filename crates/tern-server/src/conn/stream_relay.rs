@@ -9,9 +9,10 @@
 //! [`Backend::pump`] as HTTP/1.1's (`relay.rs`), with its response framed
 //! for a stream (`Framing::Stream`: no chunks); once its head is complete
 //! it is handed to the session, and its body follows as `DATA` as it
-//! comes — a job whose stream has [`MAX_GATHERED`] queued is not pumped
-//! until the session has sent some (a fast backend and a slow client
-//! buffer no more than that). A failure before the head is its error page
+//! comes, then its trailer fields (a proxied chunked response's) as the
+//! stream's last `HEADERS` — a job whose stream has [`MAX_GATHERED`]
+//! queued is not pumped until the session has sent some (a fast backend
+//! and a slow client buffer no more than that). A failure before the head is its error page
 //! on that stream, after it a `RST_STREAM`; a local redirect is answered
 //! again on the stream; a stream that is gone (reset, the connection
 //! over) abandons its job.
@@ -67,6 +68,7 @@ impl Conn {
             Pump::Wait | Pump::Progress | Pump::AwaitExit => {}
             Pump::Done { keep_alive: complete } => {
                 let mut b = s.backend.take().expect("a stream's backend");
+                s.trailers = b.job.take_trailers();
                 b.end(w, false);
                 self.log_done(w, &b);
                 if !complete {

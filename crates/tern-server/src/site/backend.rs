@@ -110,6 +110,16 @@ impl Job {
         }
     }
 
+    /// The trailer fields its response kept for an HTTP/2 stream (a
+    /// proxied chunked response's), taken once it is done.
+    pub fn take_trailers(&mut self) -> Option<http::HeaderMap> {
+        match self {
+            Job::Cgi(r) => r.response.take_trailers(),
+            Job::FastCgi(x) => x.response.take_trailers(),
+            Job::Proxy(x) => x.response.take_trailers(),
+        }
+    }
+
     /// The status to answer when the job has run past its time (a CGI
     /// program past its site's `cgi.timeout`). While `client_blocked`
     /// (output waits for the client), a FastCGI backend is not the one

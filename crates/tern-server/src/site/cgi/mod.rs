@@ -478,6 +478,9 @@ pub struct Response {
     /// The last byte of a `Content-Length` body, sent once the gateway
     /// ended cleanly.
     held: Option<u8>,
+    /// Trailer fields for an HTTP/2 stream's closing `HEADERS`, kept once
+    /// the body ended until the session takes them.
+    trailers: Option<http::HeaderMap>,
 }
 
 /// A running program and the state of its output.
@@ -684,6 +687,7 @@ impl Response {
             status: 0,
             body_bytes: 0,
             held: None,
+            trailers: None,
         }
     }
 
@@ -728,6 +732,41 @@ impl Response {
             Output::Body(f, r) | Output::Exiting(f, r) => self.finish(out, f, r, true),
             Output::Done => Pump::Done { keep_alive: false },
         }
+    }
+
+    /// As [`Response::end`], with trailer fields (checked and filtered by
+    /// the caller): written in the last chunk of a chunked body, or kept
+    /// for the stream's closing `HEADERS` ([`Response::take_trailers`]);
+    /// a body framed otherwise has no place for them, and they are
+    /// dropped (RFC 9112 §7.1.2 allows it).
+    pub fn end_with_trailers(&mut self, out: &mut OutQueue, trailers: &[Field<'_>]) -> Pump {
+        match self.output {
+            _ if self.head_only || trailers.is_empty() => {}
+            Output::Body(Framing::Chunked, _) => {
+                out.buf.extend_from_slice(b"0\r\n");
+                for (name, value) in trailers {
+                    field(&mut out.buf, name, value);
+                }
+                out.buf.extend_from_slice(b"\r\n");
+                out.commit_buf();
+                self.output = Output::Done;
+                return Pump::Done { keep_alive: true };
+            }
+            Output::Body(Framing::Stream, _) => {
+                // Lower-cased as HTTP/2 wants (`HeaderName` does).
+                let fields = trailers.iter().filter_map(|(name, value)| {
+                    Some((http::HeaderName::from_bytes(name).ok()?, http::HeaderValue::from_bytes(value).ok()?))
+                });
+                self.trailers = Some(fields.collect());
+            }
+            _ => {}
+        }
+        self.end(out)
+    }
+
+    /// The trailer fields kept for an HTTP/2 stream, once.
+    pub fn take_trailers(&mut self) -> Option<http::HeaderMap> {
+        self.trailers.take().filter(|t| !t.is_empty())
     }
 
     /// The output broke off mid-body: the response cannot be completed,
@@ -833,11 +872,7 @@ impl Response {
         let mut r = Reply::with(out, params);
         r.head(status);
         for (name, value) in fields {
-            let buf = r.buf();
-            buf.extend_from_slice(name);
-            buf.extend_from_slice(b": ");
-            buf.extend_from_slice(value);
-            buf.extend_from_slice(b"\r\n");
+            field(r.buf(), name, value);
         }
         let bodiless = self.head_only || status == 204 || status == 304;
         let framing = match (length, bodiless, self.http10) {
@@ -935,6 +970,13 @@ fn describe(status: &rustix::process::WaitIdStatus) -> String {
         (None, Some(signal)) => format!("was killed by signal {signal}"),
         _ => "ended abnormally".to_string(),
     }
+}
+
+fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
 }
 
 fn read(fd: &OwnedFd, buf: &mut Vec<u8>) -> std::io::Result<usize> {
@@ -1052,6 +1094,7 @@ mod tests {
             status: 0,
             body_bytes: 0,
             held: None,
+            trailers: None,
         };
         let mut out = OutQueue::new(4096, 0, false);
         let mut last = Pump::Wait;

@@ -536,13 +536,21 @@ impl Exchange {
     }
 
     /// The response ended as framed: the server did well, and its
-    /// connection goes back when nothing else came on it.
+    /// connection goes back when nothing else came on it. A chunked one's
+    /// trailer fields go on as the client's framing allows, but those no
+    /// trailer may carry.
     fn complete(&mut self, out: &mut OutQueue, w: &Worker<'_>) -> Pump {
         self.stage = Stage::Ended;
         self.reusable = self.upstream_keep_alive && self.input.is_empty() && !self.hold.hung_up;
         self.group.servers[self.server].health.succeeded();
         let _ = w;
-        self.response.end(out)
+        let trailers: Vec<_> = match &self.reading {
+            Reading::Chunked(decoder) => {
+                decoder.trailers().filter(|(name, _)| headers::trailer_relayed(name)).collect()
+            }
+            _ => Vec::new(),
+        };
+        self.response.end_with_trailers(out, &trailers)
     }
 
     /// The server closed the connection.

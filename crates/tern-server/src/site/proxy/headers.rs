@@ -4,6 +4,12 @@
 //! way up `X-Forwarded-For`, `-Proto`, `-Host`, RFC 7239 `Forwarded` and
 //! `Via` — kept and extended when the client is a trusted proxy, replaced
 //! otherwise, so a client cannot claim another address.
+//!
+//! A client's `TE: trailers` is the exception among hop-by-hop fields: it
+//! goes up as `TE: trailers` (named in `Connection`, as RFC 9110 §10.1.4
+//! has it), since tern relays a response's trailer fields — those that
+//! [`trailer_relayed`] lets by — and a server such as a gRPC one sends
+//! them only to a client that says it takes them.
 
 use std::net::IpAddr;
 
@@ -27,12 +33,54 @@ const REWRITTEN: [&str; 8] = [
     "expect",
 ];
 
+/// Fields a trailer section must not carry (RFC 9110 §6.5.1): they frame,
+/// route, authenticate or describe the whole message, which fields coming
+/// after its body cannot change (a client would apply them too late, or
+/// not at all).
+const NEVER_TRAILERS: [&str; 24] = [
+    "content-length",
+    "content-encoding",
+    "content-type",
+    "content-range",
+    "host",
+    "authorization",
+    "www-authenticate",
+    "cookie",
+    "set-cookie",
+    "cache-control",
+    "expires",
+    "age",
+    "date",
+    "vary",
+    "location",
+    "retry-after",
+    "expect",
+    "max-forwards",
+    "range",
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+    "if-range",
+];
+
 /// Is `name` a hop-by-hop field, given the tokens of the message's
 /// `Connection` fields?
 pub fn hop_by_hop(name: &[u8], connection: &[&[u8]]) -> bool {
     HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h.as_bytes()))
         || name.len() > 6 && name[..6].eq_ignore_ascii_case(b"proxy-")
         || connection.iter().any(|c| name.eq_ignore_ascii_case(c))
+}
+
+/// May trailer field `name` of a response be relayed? Not a hop-by-hop
+/// one, nor one of [`NEVER_TRAILERS`].
+pub fn trailer_relayed(name: &[u8]) -> bool {
+    !hop_by_hop(name, &[]) && !NEVER_TRAILERS.iter().any(|n| name.eq_ignore_ascii_case(n.as_bytes()))
+}
+
+/// Whether a request's `TE` fields list `trailers`.
+fn takes_trailers<'a>(te: impl Iterator<Item = &'a [u8]>) -> bool {
+    connection_tokens(te).iter().any(|t| t.eq_ignore_ascii_case(b"trailers"))
 }
 
 /// The tokens of every `Connection` field of a message.
@@ -77,9 +125,16 @@ pub fn request_head(req: &Request<'_>, client: &Client<'_>, out: &mut Vec<u8>) {
         }
         field(out, name, h.value);
     }
-    if client.upgrade {
-        out.extend_from_slice(b"Connection: upgrade\r\n");
+    let trailers = takes_trailers(req.values("te"));
+    if trailers {
+        out.extend_from_slice(b"TE: trailers\r\n");
     }
+    out.extend_from_slice(match (client.upgrade, trailers) {
+        (true, true) => b"Connection: upgrade, te\r\n",
+        (true, false) => b"Connection: upgrade\r\n",
+        (false, true) => b"Connection: te\r\n",
+        (false, false) => b"",
+    });
     if let Some(n) = client.body {
         out.extend_from_slice(b"Content-Length: ");
         out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
@@ -199,7 +254,8 @@ mod tests {
         );
         assert_eq!(
             head,
-            "POST /a?b=1 HTTP/1.1\r\nHost: app.internal\r\nAccept: */*\r\nContent-Length: 5\r\n\
+            "POST /a?b=1 HTTP/1.1\r\nHost: app.internal\r\nAccept: */*\r\nTE: trailers\r\nConnection: te\r\n\
+             Content-Length: 5\r\n\
              X-Forwarded-For: 192.0.2.7\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: shop.example\r\n\
              Forwarded: for=192.0.2.7;host=shop.example;proto=https\r\nVia: 1.1 tern\r\n\r\n"
         );
@@ -216,5 +272,29 @@ mod tests {
         assert!(head.contains("X-Forwarded-Proto: http\r\n"), "{head}");
         assert!(head.contains("Forwarded: for=203.0.113.1, for=192.0.2.7;host=shop.example;proto=https\r\n"), "{head}");
         assert!(head.contains("Via: 1.1 edge, 1.1 tern\r\n"), "{head}");
+    }
+
+    #[test]
+    fn te_goes_up_only_as_trailers_and_named_in_connection() {
+        let te = |te: &str| upstream_head(&format!("GET / HTTP/1.1\r\nHost: a\r\nTE: {te}\r\n\r\n"), false);
+        for takes in ["trailers", "gzip;q=0.5, Trailers", "deflate ,trailers"] {
+            let head = te(takes);
+            assert!(head.contains("\r\nTE: trailers\r\nConnection: te\r\n"), "{takes}: {head}");
+        }
+        let head = te("gzip, trailersx");
+        assert!(!head.contains("TE:") && !head.contains("Connection"), "{head}");
+    }
+
+    #[test]
+    fn trailer_fields_that_frame_route_or_authenticate_are_not_relayed() {
+        for kept in ["X-Checksum", "grpc-status", "Server-Timing", "ETag"] {
+            assert!(trailer_relayed(kept.as_bytes()), "{kept}");
+        }
+        for dropped in ["Keep-Alive", "TE", "Trailer", "Transfer-Encoding", "Connection", "Proxy-Foo", "Content-Length"]
+            .iter()
+            .chain(&["host", "Content-Type", "content-encoding", "Set-Cookie", "Authorization", "Cache-Control"])
+        {
+            assert!(!trailer_relayed(dropped.as_bytes()), "{dropped}");
+        }
     }
 }
