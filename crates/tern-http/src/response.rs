@@ -53,7 +53,12 @@ pub fn status_line(out: &mut Vec<u8>, status: u16) {
 
 /// `name: value\r\n`.
 pub fn header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    out.extend_from_slice(name.as_bytes());
+    field(out, name.as_bytes(), value);
+}
+
+/// `name: value\r\n`, the name as bytes (one relayed as it came).
+pub fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");

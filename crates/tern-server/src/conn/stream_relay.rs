@@ -12,10 +12,10 @@
 //! comes, then its trailer fields (a proxied chunked response's) as the
 //! stream's last `HEADERS` — a job whose stream has [`MAX_GATHERED`]
 //! queued is not pumped until the session has sent some (a fast backend
-//! and a slow client buffer no more than that). A failure before the head is its error page
-//! on that stream, after it a `RST_STREAM`; a local redirect is answered
-//! again on the stream; a stream that is gone (reset, the connection
-//! over) abandons its job.
+//! and a slow client buffer no more than that). A failure before the head
+//! is its error page on that stream, after it a `RST_STREAM`; a local
+//! redirect is answered again on the stream; a stream that is gone
+//! (reset, the connection over) abandons its job.
 //!
 //! Deadlines are each job's own (`Job::expired`, looked at every tick);
 //! the connection's clock runs `Backend` while it waits for jobs alone,

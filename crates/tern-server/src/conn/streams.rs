@@ -21,6 +21,7 @@
 
 use bytes::Bytes;
 use tern_http::request::{parse_head, Head, Request, MAX_HEADERS};
+use tern_http::response::{header, header_u64};
 
 use crate::body::OutQueue;
 use crate::error_log::{log, Level};
@@ -353,20 +354,20 @@ fn render(s: &Stream) -> (Vec<u8>, String) {
     }
     let authority = h.uri.authority();
     if let Some(a) = authority {
-        field(&mut head, "host", a.as_str().as_bytes());
+        header(&mut head, "host", a.as_str().as_bytes());
     }
     for (name, value) in &h.headers {
         let skip = (name == http::header::HOST && authority.is_some())
             || name == http::header::CONTENT_LENGTH
             || name == http::header::COOKIE;
         if !skip {
-            field(&mut head, name.as_str(), value.as_bytes());
+            header(&mut head, name.as_str(), value.as_bytes());
         }
     }
     // Cookies may come split into fields; HTTP/1.1 has one (RFC 9113 §8.2.3).
     let cookies: Vec<&[u8]> = h.headers.get_all(http::header::COOKIE).iter().map(|v| v.as_bytes()).collect();
     if !cookies.is_empty() {
-        field(&mut head, "cookie", &cookies.join(&b"; "[..]));
+        header(&mut head, "cookie", &cookies.join(&b"; "[..]));
     }
     // The body's length: what arrived, or what was announced of one too
     // large to read (so the exchange refuses it).
@@ -377,17 +378,10 @@ fn render(s: &Stream) -> (Vec<u8>, String) {
         _ => announced.filter(|&n| n == 0),
     };
     if let Some(n) = length {
-        field(&mut head, "content-length", itoa::Buffer::new().format(n).as_bytes());
+        header_u64(&mut head, "content-length", n);
     }
     head.extend_from_slice(b"\r\n");
     (head, line)
-}
-
-fn field(head: &mut Vec<u8>, name: &str, value: &[u8]) {
-    head.extend_from_slice(name.as_bytes());
-    head.extend_from_slice(b": ");
-    head.extend_from_slice(value);
-    head.extend_from_slice(b"\r\n");
 }
 
 /// The head `Reply` wrote at the front of `out`, taken off it as an

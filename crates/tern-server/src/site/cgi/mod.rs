@@ -34,6 +34,7 @@ use rustix::fs::FileType;
 use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
 use tern_http::host::without_port;
 use tern_http::request::TargetForm;
+use tern_http::response::field;
 use tern_http::{Method, Request, Version};
 
 use crate::body::OutQueue;
@@ -970,13 +971,6 @@ fn describe(status: &rustix::process::WaitIdStatus) -> String {
         (None, Some(signal)) => format!("was killed by signal {signal}"),
         _ => "ended abnormally".to_string(),
     }
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 fn read(fd: &OwnedFd, buf: &mut Vec<u8>) -> std::io::Result<usize> {

@@ -25,6 +25,7 @@ use std::time::Instant;
 
 use tern_http::chunked::{Chunk, ChunkedDecoder};
 use tern_http::request::Limits;
+use tern_http::response::field;
 use tern_http::response_head::{parse_response, Framing, Parsed, RequestKind};
 use tern_http::{Method, Request};
 
@@ -775,13 +776,6 @@ fn count_failure(group: &Group, server: usize, now: Instant, why: &str) {
     if s.health.failed(now) {
         log!(Level::Warn, "upstream {}: server {} marked down ({why})", group.name, s.address);
     }
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// Sends `data` on `fd`, through its TLS session when it has one: how

@@ -13,6 +13,7 @@
 
 use std::net::IpAddr;
 
+use tern_http::response::field;
 use tern_http::Request;
 
 use crate::values::Network;
@@ -208,13 +209,6 @@ fn joined<'a>(out: &mut Vec<u8>, values: impl Iterator<Item = &'a [u8]>) -> bool
         any = true;
     }
     any
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// Is `peer` one of `trusted`?
