@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # bench/h2_floor.sh: how fast can a server built on the h2 crate be? Issue
 # 33 asks tern to serve 1 KiB over HTTP/2 as fast as h2o; tern's HTTP/2 is
-# the h2 crate (conn/h2.rs says why). This puts three servers side by side
+# the h2 crate (conn/h2.rs says why). This puts four servers side by side
 # over h2c on 127.0.0.1, each alone on CPU 1 with one worker, loaded by
 # `h2load -t1 -c32 -m10` on CPU 0:
 #   h2o     Debian's h2o, its own HTTP/2 (file.dir on the file's directory);
+#   nghttp2 libnghttp2 with nothing else (bench/h2_floor_nghttp2.c, built
+#           here with gcc), the same body, fields and gathered writes: the
+#           floor of the C library h2load and curl use;
 #   floor   the h2 crate with nothing else (crates/tern-server/examples/
 #           h2_floor.rs: one body in memory, tern's response fields, frames
 #           gathered as tern gathers them): the least any server on the
@@ -17,9 +20,9 @@
 # Usage: bench/h2_floor.sh [options]   (each option also has an env variable)
 #   -d, --duration S      seconds per run                        DUR=5
 #   -r, --reps N          runs per server                        REPS=5
-#   -s, --servers LIST    comma list of h2o,floor,tern            SERVERS=h2o,floor,tern
+#   -s, --servers LIST    comma list of h2o,nghttp2,floor,tern   SERVERS=h2o,nghttp2,floor,tern
 #       --size BYTES      the file's size                        SIZE=1024
-#       --skip-build      do not run cargo build                 SKIP_BUILD=1
+#       --skip-build      no cargo build (gcc still runs)        SKIP_BUILD=1
 #   -h, --help
 # Output: the table (markdown) on stdout and in bench/out/h2floor-*/
 # results.md, with the date, commit and load before the run; every client's
@@ -32,7 +35,7 @@ source "$ROOT/bench/lib/common.sh"
 
 DUR=${DUR:-5}
 REPS=${REPS:-5}
-SERVERS=${SERVERS:-h2o,floor,tern}
+SERVERS=${SERVERS:-h2o,nghttp2,floor,tern}
 SIZE=${SIZE:-1024}
 SKIP_BUILD=${SKIP_BUILD:-0}
 while [[ $# -gt 0 ]]; do
@@ -45,10 +48,10 @@ for v in DUR REPS SIZE; do
     [[ ${!v} =~ ^[0-9]+$ && ${!v} -gt 0 ]] || bench_die "$v must be a positive integer (got '${!v}')"
 done
 IFS=, read -r -a SERVER_LIST <<<"$SERVERS"
-for s in "${SERVER_LIST[@]}"; do [[ $s =~ ^(h2o|floor|tern)$ ]] || bench_die "unknown server '$s'"; done
+for s in "${SERVER_LIST[@]}"; do [[ $s =~ ^(h2o|nghttp2|floor|tern)$ ]] || bench_die "unknown server '$s'"; done
 (($(nproc) >= 2)) || bench_die "needs 2 CPUs (server on CPU 1, client on CPU 0)"
 
-"$ROOT/scripts/ensure-packages.sh" h2o nghttp2-client curl procps util-linux
+"$ROOT/scripts/ensure-packages.sh" h2o nghttp2-client curl procps util-linux gcc libnghttp2-dev
 bench_start_run h2floor
 trap stop_all EXIT
 trap 'exit 130' INT TERM
@@ -61,6 +64,9 @@ if [[ $SKIP_BUILD != 1 ]]; then
         bench_die "cargo build --example h2_floor failed (see $OUT/cargo-build.log)"
 fi
 [[ -x $FLOOR_BIN ]] || bench_die "no $FLOOR_BIN"
+NGHTTP2_BIN=$OUT/h2_floor_nghttp2
+gcc -O2 -Wall -Wextra -o "$NGHTTP2_BIN" "$ROOT/bench/h2_floor_nghttp2.c" -lnghttp2 >"$OUT/gcc-build.log" 2>&1 ||
+    bench_die "gcc bench/h2_floor_nghttp2.c failed (see $OUT/gcc-build.log)"
 
 DOCROOT=$OUT/docroot
 mkdir -p "$DOCROOT"
@@ -78,6 +84,7 @@ start() {
                 "${PORT[$name]}" "hosts: {default: {paths: {/: {file.dir: $DOCROOT}}}}" >"$dir/h2o.conf"
             set -- h2o -c "$dir/h2o.conf" ;;
         floor) set -- "$FLOOR_BIN" "127.0.0.1:${PORT[$name]}" "$DOCROOT/f.bin" ;;
+        nghttp2) set -- "$NGHTTP2_BIN" "127.0.0.1:${PORT[$name]}" "$DOCROOT/f.bin" ;;
         tern)
             cat >"$dir/tern.toml" <<CONF
 [server]
