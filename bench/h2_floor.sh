@@ -86,20 +86,7 @@ start() {
         floor) set -- "$FLOOR_BIN" "127.0.0.1:${PORT[$name]}" "$DOCROOT/f.bin" ;;
         nghttp2) set -- "$NGHTTP2_BIN" "127.0.0.1:${PORT[$name]}" "$DOCROOT/f.bin" ;;
         tern)
-            cat >"$dir/tern.toml" <<CONF
-[server]
-listen = ["127.0.0.1:${PORT[$name]}"]
-root = "$DOCROOT"
-workers = 1
-[limits]
-keepalive_requests = 0
-[timeouts]
-keepalive = "300s"
-[log]
-access = "off"
-[http2]
-protocols = ["h2", "h2c"]
-CONF
+            tern_conf "$dir/tern.toml" "${PORT[$name]}" "$DOCROOT" 1 $'[http2]\nprotocols = ["h2", "h2c"]'
             set -- "$TERN_BIN" serve --config "$dir/tern.toml" ;;
     esac
     setsid taskset -c 1 "$@" >"$dir/out" 2>"$dir/err" </dev/null &

@@ -149,20 +149,29 @@ static int set_out(struct conn *c, int on)
     return epoll_ctl(epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
-/* Writes what waits; then, if all of it went, gathers everything the session
- * has to send and writes it with one write(). Returns -1 to close. */
-static int flush(struct conn *c)
+/* Writes what the buffer holds: 0 once all of it went, 1 when the socket is
+ * full (EPOLLOUT asked for), -1 to close. */
+static int write_out(struct conn *c)
 {
     while (c->outoff < c->outlen) {
         ssize_t n = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
         if (n < 0) {
             if (errno == EINTR) continue;
-            if (errno == EAGAIN) return set_out(c, 1);
+            if (errno == EAGAIN) return set_out(c, 1) ? -1 : 1;
             return -1;
         }
         c->outoff += (size_t)n;
     }
     c->outoff = c->outlen = 0;
+    return 0;
+}
+
+/* Writes what waits; then, if all of it went, gathers everything the session
+ * has to send and writes it with one write(). Returns -1 to close. */
+static int flush(struct conn *c)
+{
+    int w = write_out(c);
+    if (w) return w < 0 ? -1 : 0;
     for (;;) {
         const uint8_t *data;
         ssize_t n = nghttp2_session_mem_send(c->session, &data);
@@ -170,16 +179,8 @@ static int flush(struct conn *c)
         if (n == 0) break;
         if (append(c, data, (size_t)n)) return -1;
     }
-    while (c->outoff < c->outlen) {
-        ssize_t n = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            if (errno == EAGAIN) return set_out(c, 1);
-            return -1;
-        }
-        c->outoff += (size_t)n;
-    }
-    c->outoff = c->outlen = 0;
+    w = write_out(c);
+    if (w) return w < 0 ? -1 : 0;
     if (set_out(c, 0)) return -1;
     return nghttp2_session_want_read(c->session) || nghttp2_session_want_write(c->session) ? 0 : -1;
 }

@@ -94,6 +94,27 @@ bench_machine_state() {
     bench_say "CPU busy over 1 s before the part (all CPUs, everyone's): $(((after - before) * 100 / hz))% of $(nproc)00%"
 }
 
+# tern_conf FILE PORT DOCROOT WORKERS [MORE]: writes FILE, a tern
+# configuration for a benchmark: a plain address on PORT, DOCROOT, WORKERS,
+# no access log, connections kept as long as their clients keep them; MORE
+# goes last.
+tern_conf() {
+    cat >"$1" <<EOF
+[server]
+listen = ["127.0.0.1:$2"]
+root = "$3"
+workers = $4
+max_connections = 4096
+[limits]
+keepalive_requests = 0
+[timeouts]
+keepalive = "300s"
+[log]
+access = "off"
+${5:-}
+EOF
+}
+
 # free_port: a TCP port on 127.0.0.1 nobody listens on (below the ephemeral range).
 free_port() {
     local port used tries

@@ -7,26 +7,14 @@
 # caller's MAXFDS.
 
 # tern_tls_conf FILE STATUS_PORT PORT CERT KEY DOCROOT WORKERS [MORE]:
-# writes FILE, with a plain address on STATUS_PORT (for /_tern/status);
-# MORE goes last, in the [tls] table or after it.
+# writes FILE (tern_conf's, with a plain address on STATUS_PORT for
+# /_tern/status) with a [tls] table on PORT; MORE goes last, in the [tls]
+# table or after it.
 tern_tls_conf() {
-    cat >"$1" <<EOF
-[server]
-listen = ["127.0.0.1:$2"]
-root = "$6"
-workers = $7
-max_connections = 4096
-[limits]
-keepalive_requests = 0
-[timeouts]
-keepalive = "300s"
-[log]
-access = "off"
-[tls]
-listen = ["127.0.0.1:$3"]
-certificates = [{ cert = "$4", key = "$5" }]
-${8:-}
-EOF
+    tern_conf "$1" "$2" "$6" "$7" "[tls]
+listen = [\"127.0.0.1:$3\"]
+certificates = [{ cert = \"$4\", key = \"$5\" }]
+${8:-}"
 }
 
 # nginx_tls_conf DIR PORT CERT KEY DOCROOT WORKERS RESUME(0|1) [FLAGS]:
