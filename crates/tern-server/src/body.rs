@@ -227,6 +227,15 @@ impl OutQueue {
         })
     }
 
+    /// The queue's first bytes, when they are in `buf` (a head written
+    /// there): empty otherwise.
+    pub fn front(&self) -> &[u8] {
+        match self.segments.front() {
+            Some(Segment::Buf { start, end }) => &self.buf[*start..*end],
+            _ => &[],
+        }
+    }
+
     /// Marks everything appended to `buf` since the last call as queued.
     pub fn commit_buf(&mut self) {
         let (start, end) = (self.committed, self.buf.len());

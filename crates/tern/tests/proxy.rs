@@ -1281,6 +1281,31 @@ fn trailer_fields_end_an_http2_stream_after_its_body() -> io::Result<()> {
     Ok(())
 }
 
+/// A proxied server's `103 Early Hints` reaches an HTTP/2 client (where
+/// browsers act on them) as a `HEADERS` frame of its own, its `Link` field
+/// and no `END_STREAM`, before the answer's.
+#[test]
+fn early_hints_reach_an_http2_client_before_the_answer() -> io::Result<()> {
+    let up = Upstream::go()?;
+    let ups = format!("[http2]\nprotocols = [\"h2c\"]\n\n{}", upstream("app", &[up.addr()], ""));
+    let (tern, _root) = proxy(&ups, &location("/", "app"));
+    let out = nghttp(&tern, "/status/103", &[]);
+    // nghttp prints a frame's fields as it decodes them, then the frame.
+    let received: Vec<String> = out
+        .lines()
+        .filter_map(|l| match l.split_once("] recv ")?.1 {
+            frame if frame.starts_with("HEADERS frame") => Some(format!("HEADERS {}", frame.split_once("flags=")?.1)),
+            field => Some(field.split_once(") ")?.1.to_string()),
+        })
+        .collect();
+    let hints = received.iter().position(|r| r == ":status: 103").unwrap_or_else(|| panic!("no 103: {out}"));
+    assert_eq!(received[hints + 1], "link: </style.css>; rel=preload; as=style", "{out}");
+    assert!(received[hints + 2].starts_with("HEADERS 0x04,"), "an interim HEADERS ends no stream: {out}");
+    assert_eq!(received[hints + 3], ":status: 200", "{out}");
+    assert!(out.contains("status 200\n"), "{out}");
+    Ok(())
+}
+
 #[test]
 fn an_http2_request_body_ended_by_trailer_fields_is_answered_without_them() -> io::Result<()> {
     let up = Upstream::go()?;

@@ -457,6 +457,13 @@ impl Session {
         }
     }
 
+    /// Sends stream `i` an interim response (`1xx`), ahead of its answer.
+    pub(super) fn inform(&mut self, i: usize, head: http::Response<()>) {
+        if let Some(respond) = self.streams[i].respond.as_mut() {
+            let _ = respond.send_informational(head);
+        }
+    }
+
     /// Refuses stream `i` without an answer (its response could not be
     /// made).
     pub(super) fn reset(&mut self, i: usize) {

@@ -35,7 +35,7 @@ use super::h2::{Body, Session, Stream};
 use super::relay::may_redirect;
 use super::send::MAX_GATHERED;
 use super::state::{Conn, Status};
-use super::streams::framed_head;
+use super::streams::{framed_head, framed_interim};
 
 impl Conn {
     /// Pumps every stream's job that has something to do and room in its
@@ -88,6 +88,12 @@ impl Conn {
                 self.redirect_stream(w, session, i, b, &location);
                 return false;
             }
+        }
+        // Interim heads (a proxied server's `103 Early Hints`) go first,
+        // each a `HEADERS` frame of its own.
+        while !session.streams[i].answered() {
+            let Some(head) = framed_interim(&mut session.streams[i].out) else { break };
+            session.inform(i, head);
         }
         let s = &mut session.streams[i];
         let head_out = s.backend.as_ref().is_none_or(|b| b.job.response().head_sent());

@@ -391,11 +391,12 @@ fn render(s: &Stream) -> (Vec<u8>, String) {
 /// own (a field a response costs an allocation otherwise).
 pub(super) fn framed_head(out: &mut OutQueue) -> Option<http::Response<()>> {
     out.commit_buf();
+    let front = out.front();
     let mut fields = [httparse::EMPTY_HEADER; MAX_RESPONSE_FIELDS];
     let mut parsed = httparse::Response::new(&mut fields);
-    let Ok(httparse::Status::Complete(len)) = parsed.parse(&out.buf) else { return None };
-    let copy = Bytes::copy_from_slice(&out.buf[..len]);
-    let start = out.buf.as_ptr() as usize;
+    let Ok(httparse::Status::Complete(len)) = parsed.parse(front) else { return None };
+    let copy = Bytes::copy_from_slice(&front[..len]);
+    let start = front.as_ptr() as usize;
     let mut head = http::Response::new(());
     *head.status_mut() = http::StatusCode::from_u16(parsed.code?).ok()?;
     let map = head.headers_mut();
@@ -407,4 +408,11 @@ pub(super) fn framed_head(out: &mut OutQueue) -> Option<http::Response<()>> {
     }
     out.pull(len).ok()?;
     Some(head)
+}
+
+/// An interim head (`103 Early Hints` a proxied server sent) at the front
+/// of `out`, taken off it as [`framed_head`] takes a head.
+pub(super) fn framed_interim(out: &mut OutQueue) -> Option<http::Response<()>> {
+    out.commit_buf();
+    out.front().starts_with(b"HTTP/1.1 1").then(|| framed_head(out))?
 }

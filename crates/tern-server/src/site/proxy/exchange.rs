@@ -442,7 +442,7 @@ impl Exchange {
                     out.buf.extend_from_slice(b"Connection: upgrade\r\n\r\n");
                     Next::Tunnel
                 } else if head.is_interim() {
-                    if head.status == 103 && !params.http10 && !params.stream {
+                    if head.status == 103 && !params.http10 {
                         out.buf.extend_from_slice(b"HTTP/1.1 103 Early Hints\r\n");
                         for h in head.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("link")) {
                             field(&mut out.buf, h.name.as_bytes(), h.value);
