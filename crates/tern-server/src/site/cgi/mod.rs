@@ -479,9 +479,17 @@ pub struct Response {
     /// The last byte of a `Content-Length` body, sent once the gateway
     /// ended cleanly.
     held: Option<u8>,
-    /// Trailer fields for an HTTP/2 stream's closing `HEADERS`, kept once
-    /// the body ended until the session takes them.
-    trailers: Option<http::HeaderMap>,
+    /// Trailer fields the body ends with ([`Response::end_with_trailers`]).
+    trailers: Option<Trailers>,
+}
+
+/// Trailer fields, as the response's framing carries them.
+enum Trailers {
+    /// A chunked body's: lines of its last chunk, which `finish` writes.
+    Lines(Vec<u8>),
+    /// An HTTP/2 stream's closing `HEADERS`, kept until the session takes
+    /// them.
+    Fields(http::HeaderMap),
 }
 
 /// A running program and the state of its output.
@@ -741,33 +749,38 @@ impl Response {
     /// a body framed otherwise has no place for them, and they are
     /// dropped (RFC 9112 §7.1.2 allows it).
     pub fn end_with_trailers(&mut self, out: &mut OutQueue, trailers: &[Field<'_>]) -> Pump {
-        match self.output {
-            _ if self.head_only || trailers.is_empty() => {}
-            Output::Body(Framing::Chunked, _) => {
-                out.buf.extend_from_slice(b"0\r\n");
+        let framing = match self.output {
+            Output::Body(f, _) | Output::Exiting(f, _) if !self.head_only && !trailers.is_empty() => Some(f),
+            _ => None,
+        };
+        self.trailers = match framing {
+            Some(Framing::Chunked) => {
+                let mut lines = Vec::new();
                 for (name, value) in trailers {
-                    field(&mut out.buf, name, value);
+                    field(&mut lines, name, value);
                 }
-                out.buf.extend_from_slice(b"\r\n");
-                out.commit_buf();
-                self.output = Output::Done;
-                return Pump::Done { keep_alive: true };
+                Some(Trailers::Lines(lines))
             }
-            Output::Body(Framing::Stream, _) => {
-                // Lower-cased as HTTP/2 wants (`HeaderName` does).
-                let fields = trailers.iter().filter_map(|(name, value)| {
-                    Some((http::HeaderName::from_bytes(name).ok()?, http::HeaderValue::from_bytes(value).ok()?))
-                });
-                self.trailers = Some(fields.collect());
-            }
-            _ => {}
-        }
+            // Lower-cased as HTTP/2 wants (`HeaderName` does).
+            Some(Framing::Stream) => Some(Trailers::Fields(
+                trailers
+                    .iter()
+                    .filter_map(|(name, value)| {
+                        Some((http::HeaderName::from_bytes(name).ok()?, http::HeaderValue::from_bytes(value).ok()?))
+                    })
+                    .collect(),
+            )),
+            _ => None,
+        };
         self.end(out)
     }
 
     /// The trailer fields kept for an HTTP/2 stream, once.
     pub fn take_trailers(&mut self) -> Option<http::HeaderMap> {
-        self.trailers.take().filter(|t| !t.is_empty())
+        match self.trailers.take() {
+            Some(Trailers::Fields(fields)) if !fields.is_empty() => Some(fields),
+            _ => None,
+        }
     }
 
     /// The output broke off mid-body: the response cannot be completed,
@@ -943,7 +956,11 @@ impl Response {
             _ if self.head_only => framing != Framing::Close,
             _ if !clean => false,
             Framing::Chunked => {
-                out.buf.extend_from_slice(b"0\r\n\r\n");
+                out.buf.extend_from_slice(b"0\r\n");
+                if let Some(Trailers::Lines(lines)) = self.trailers.take() {
+                    out.buf.extend_from_slice(&lines);
+                }
+                out.buf.extend_from_slice(b"\r\n");
                 out.commit_buf();
                 true
             }
