@@ -1252,6 +1252,12 @@ fn trailer_fields_reach_an_http11_client_in_the_last_chunk_but_hop_by_hop_ones()
     Ok(())
 }
 
+/// tern speaking h2c, every path proxied to `server`.
+fn h2c_proxy_to(server: SocketAddr) -> (Tern, tempfile::TempDir) {
+    let ups = format!("[http2]\nprotocols = [\"h2c\"]\n\n{}", upstream("app", &[server], ""));
+    proxy(&ups, &location("/", "app"))
+}
+
 /// `nghttp -v` of `path` on `tern` over h2c, with `args`: what it printed.
 fn nghttp(tern: &Tern, path: &str, args: &[&str]) -> String {
     let url = format!("http://{}{path}", tern.addr);
@@ -1263,8 +1269,7 @@ fn nghttp(tern: &Tern, path: &str, args: &[&str]) -> String {
 
 #[test]
 fn trailer_fields_end_an_http2_stream_after_its_body() -> io::Result<()> {
-    let ups = format!("[http2]\nprotocols = [\"h2c\"]\n\n{}", upstream("app", &[answering_server(WITH_TRAILERS)], ""));
-    let (tern, _root) = proxy(&ups, &location("/", "app"));
+    let (tern, _root) = h2c_proxy_to(answering_server(WITH_TRAILERS));
     let out = nghttp(&tern, "/", &["-H", "te: trailers"]);
     // The body in DATA without END_STREAM, then HEADERS with the trailer
     // fields and END_STREAM (the response's own HEADERS came first).
@@ -1287,8 +1292,7 @@ fn trailer_fields_end_an_http2_stream_after_its_body() -> io::Result<()> {
 #[test]
 fn early_hints_reach_an_http2_client_before_the_answer() -> io::Result<()> {
     let up = Upstream::go()?;
-    let ups = format!("[http2]\nprotocols = [\"h2c\"]\n\n{}", upstream("app", &[up.addr()], ""));
-    let (tern, _root) = proxy(&ups, &location("/", "app"));
+    let (tern, _root) = h2c_proxy_to(up.addr());
     let out = nghttp(&tern, "/status/103", &[]);
     // nghttp prints a frame's fields as it decodes them, then the frame.
     let received: Vec<String> = out
@@ -1309,8 +1313,7 @@ fn early_hints_reach_an_http2_client_before_the_answer() -> io::Result<()> {
 #[test]
 fn an_http2_request_body_ended_by_trailer_fields_is_answered_without_them() -> io::Result<()> {
     let up = Upstream::go()?;
-    let ups = format!("[http2]\nprotocols = [\"h2c\"]\n\n{}", upstream("app", &[up.addr()], ""));
-    let (tern, root) = proxy(&ups, &location("/", "app"));
+    let (tern, root) = h2c_proxy_to(up.addr());
     let body = root.path().join("body");
     std::fs::write(&body, pattern(100_000))?;
     let data = body.to_str().unwrap();
